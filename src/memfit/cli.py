@@ -1,0 +1,207 @@
+"""The memfit command line. Every command takes --format text|json; errors are one line on stderr.
+
+Exit codes: 0 success, 1 bad input (unknown model, bad number, impossible combination), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import InvalidSetupError, MemfitError, UsageError
+
+SETUP_FLAGS = {  # flag -> TrainingSetup field
+    "method": "method", "batch_size": "batch_size", "seq_len": "seq_len", "precision": "precision",
+    "optimizer": "optimizer", "grad_ckpt": "grad_ckpt", "attn": "attn", "lora_rank": "lora_rank",
+    "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "quant": "quant", "grad_accum": "grad_accum",
+    "chunked_ce": "chunked_ce", "optimizer_in_backward": "optimizer_in_backward", "gpus": "gpus",
+    "kbit_upcast": "kbit_upcast", "padding": "padding",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _int(text: str) -> int:
+    try:
+        return int(str(text).replace("_", ""))
+    except ValueError:
+        raise InvalidSetupError(f"{text!r} is not a whole number") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidSetupError(f"{text!r} is not a number") from None
+
+
+def add_setup_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training setup (defaults: the recipe's, marked * in the output)")
+    g.add_argument("--method", choices=["full", "lora", "qlora"], help="default lora")
+    g.add_argument("--batch-size", type=_int, help="micro-batch size per GPU (default 1)")
+    g.add_argument("--seq-len", type=_int, help="max sequence length in tokens (default 2048)")
+    g.add_argument("--precision", help="auto|bf16|fp16|fp32|bf16-mixed|fp16-mixed (default auto: the checkpoint dtype)")
+    g.add_argument("--optimizer", help="adamw|adamw-fused|adamw-loop|adamw-bnb|adamw-8bit|paged-adamw|"
+                                       "paged-adamw-8bit|sgd|adafactor (HF names like adamw_torch_fused work too)")
+    g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
+                   help="gradient checkpointing")
+    g.add_argument("--attn", choices=["sdpa", "flash", "eager"])
+    g.add_argument("--lora-rank", type=_int)
+    g.add_argument("--lora-targets", help="all-linear or a list such as q,k,v,o,gate,up,down")
+    g.add_argument("--lora-dropout", type=_float)
+    g.add_argument("--quant", choices=["nf4", "nf4-dq", "fp4", "int8"], help="QLoRA base quantization")
+    g.add_argument("--grad-accum", type=_int, help="gradient accumulation steps")
+    g.add_argument("--chunked-ce", action=argparse.BooleanOptionalAction, default=None,
+                   help="chunked cross-entropy (the recipe's own, torchtune-style for hf)")
+    g.add_argument("--optimizer-in-backward", action="store_true", default=None)
+    g.add_argument("--kbit-upcast", action="store_true", default=None,
+                   help="QLoRA: prepare_model_for_kbit_training's fp32 upcast of norms/embeddings/lm_head")
+    g.add_argument("--padding", action="store_true", default=None, help="batches carry a padding mask")
+    g.add_argument("--recipe", default="hf", help="hf|torchtune|litgpt|unsloth|axolotl|mlx (default hf)")
+    g.add_argument("--gpus", type=_int, help="number of GPUs (only 1 is supported for now)")
+
+
+def add_hardware_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("hardware (one of)")
+    g.add_argument("--gpu", help="a GPU from `memfit gpus`, e.g. rtx-4090, a100-80gb")
+    g.add_argument("--memory", help="a card's own memory, e.g. 24GiB (never system RAM)")
+    g.add_argument("--mac", help="an Apple-silicon Mac's unified memory, e.g. 36GB")
+    g.add_argument("--mac-wired-limit", help="override the Mac's GPU limit (sysctl iogpu.wired_limit_mb)")
+
+
+def add_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=["text", "json"], default="text")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = _Parser(prog="memfit", description="How much memory fine-tuning a model needs, and whether it fits.")
+    parser.add_argument("--version", action="version", version=f"memfit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("estimate", help="estimate the peak memory of a training step (and check a fit)")
+    p.add_argument("model", help="catalog name or HF id, config.json, model directory, or a size like 7B")
+    add_setup_args(p)
+    add_hardware_args(p)
+    add_format(p)
+
+    p = sub.add_parser("explain", help="walk through the bytes per weight and every phase of the step")
+    p.add_argument("model")
+    add_setup_args(p)
+    add_format(p)
+
+    p = sub.add_parser("models", help="list the built-in model catalog")
+    p.add_argument("--family", help="only this family (e.g. qwen2.5, llama-3)")
+    add_format(p)
+
+    p = sub.add_parser("gpus", help="list the GPU catalog and how Macs are handled")
+    add_format(p)
+
+    p = sub.add_parser("rule", help="print the rule-of-thumb table (GB = 1e9 bytes)")
+    add_format(p)
+    return parser
+
+
+def setup_from_args(args: argparse.Namespace, spec=None):
+    """TrainingSetup from the flags; returns (setup, the fields the user set)."""
+    from .setup import TrainingSetup, normalize_optimizer, parse_targets
+
+    values = {field: getattr(args, flag) for flag, field in SETUP_FLAGS.items() if getattr(args, flag) is not None}
+    method = values.get("method", "lora")
+    if method != "qlora" and "quant" in values:
+        raise InvalidSetupError(f"--quant only applies to --method qlora (method is {method})")
+    if method == "full":
+        lora_flags = [f for f in ("lora_rank", "lora_targets", "lora_dropout") if f in values]
+        if lora_flags:
+            raise InvalidSetupError(f"--{lora_flags[0].replace('_', '-')} contradicts --method full")
+    if "kbit_upcast" in values and method != "qlora":
+        raise InvalidSetupError("--kbit-upcast only applies to --method qlora")
+    if "lora_targets" in values:
+        values["lora_targets"] = parse_targets(values["lora_targets"])
+    if "optimizer" in values:
+        values["optimizer"] = normalize_optimizer(values["optimizer"])
+    setup = TrainingSetup.from_recipe(args.recipe, **values)
+    return setup, frozenset(values) | ({"recipe"} if args.recipe != "hf" else set())
+
+
+def hardware_from_args(args: argparse.Namespace):
+    from .hardware import load_hardware
+
+    if all(getattr(args, name) is None for name in ("gpu", "memory", "mac", "mac_wired_limit")):
+        return None
+    return load_hardware(gpu=args.gpu, memory=args.memory, mac=args.mac, mac_wired_limit=args.mac_wired_limit)
+
+
+def cmd_estimate(args) -> str:
+    from .estimator import estimate
+    from .render.jsonout import dumps, estimate_dict
+    from .render.text import render_estimate
+    from .sources import load_model
+    from .verdict import verdict
+
+    hardware = hardware_from_args(args)   # validate hardware flags before any model lookup
+    spec = load_model(args.model)
+    setup, explicit = setup_from_args(args, spec)
+    est = estimate(spec, setup)
+    ver = verdict(est, hardware) if hardware else None
+    if args.format == "json":
+        return dumps(estimate_dict(est, ver))
+    return render_estimate(est, ver, explicit)
+
+
+def cmd_explain(args) -> str:
+    from .explain import explain
+    from .render.jsonout import dumps
+    from .sources import load_model
+
+    spec = load_model(args.model)
+    setup, _ = setup_from_args(args, spec)
+    result = explain(spec, setup)
+    return dumps(result.as_dict()) if args.format == "json" else result.text()
+
+
+def cmd_models(args) -> str:
+    from .listing import render_models
+
+    return render_models(args.family, args.format)
+
+
+def cmd_gpus(args) -> str:
+    from .listing import render_gpus
+
+    return render_gpus(args.format)
+
+
+def cmd_rule(args) -> str:
+    from .listing import render_rule
+
+    return render_rule(args.format)
+
+
+COMMANDS = {"estimate": cmd_estimate, "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus,
+            "rule": cmd_rule}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help()
+            return 2
+        output = COMMANDS[args.command](args)
+    except MemfitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    try:
+        print(output)
+    except BrokenPipeError:  # `memfit models | head`
+        pass
+    return 0

@@ -1,0 +1,216 @@
+"""estimate(model, setup) -> Estimate: the step's peak as named components, for three counters. Pure; no I/O.
+
+One training step has a few candidate peaks (research/memory-physics.md §4.2); each is a sum of named parts and
+the largest wins:
+  forward end       weights + optimizer state + saved activations + loss tensors + logits transients
+  CE backward       the same with the cross-entropy backward's 12·bs·V instead of the forward transients
+  layer backward    gradients so far + remaining activations (or checkpoints + one recomputed layer) + temps
+  optimizer step    weights + gradients + optimizer state + step temporaries (foreach AdamW: one param copy)
+Iteration >= 2 is the steady state: Adam's state exists (its lazy creation in step 1 peaks the same).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .params import count_params, layer_linears
+from .physics import activations as act
+from .physics import states
+from .physics.loss import loss_memory
+from .physics.overhead import CUBLAS_WORKSPACE_BYTES, overheads
+from .physics.stack import Stack, resolve_stack
+from .setup import OPTIMIZERS, TrainingSetup
+from .spec import ModelSpec
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    bytes: int
+    counter: str      # "allocated" | "reserved" | "device": the first counter that includes it
+    note: str
+
+
+@dataclass(frozen=True)
+class Estimate:
+    model_name: str
+    params: int
+    trainable_params: int
+    model_source: str
+    setup: TrainingSetup
+    precision: str                     # the resolved precision (never "auto")
+    components: tuple[Component, ...]  # the breakdown at the peak; sums to device_bytes
+    peak_phase: str
+    phases: tuple[tuple[str, int], ...]  # every candidate peak, allocated bytes
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    device_bytes: int
+    range_low_bytes: int
+    range_high_bytes: int
+    paged_bytes: int                   # optimizer state in CUDA managed memory: outside all three counters
+    download_bytes: int                # the 16-bit weights a user downloads
+    assumptions: tuple[str, ...]
+    kind: str = "analytic"             # "analytic" | "rule-of-thumb"
+    extra: dict = field(default_factory=dict)
+
+    def component(self, name: str) -> int:
+        return sum(c.bytes for c in self.components if c.name == name)
+
+
+def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
+    """The peak memory of one steady-state training step on one GPU."""
+    if spec.is_rule_of_thumb:
+        from .rule import estimate_rule
+
+        return estimate_rule(spec, setup)
+    stack = resolve_stack(spec, setup)
+    parts = _parts(spec, setup, stack)
+    phases = _phases(spec, setup, stack, parts)
+    peak_phase, peak_parts = max(phases.items(), key=lambda kv: sum(kv[1].values()))
+    allocated = sum(peak_parts.values())
+    over = overheads(allocated)
+    components = [Component(name, nbytes, "allocated", parts["notes"].get(name, ""))
+                  for name, nbytes in peak_parts.items() if nbytes > 0]
+    components.append(Component("allocator slack", over.reserved_slack, "reserved",
+                                "caching-allocator rounding and fragmentation (reserved - allocated)"))
+    components.append(Component("CUDA context", over.cuda_context, "device",
+                                "driver context and kernels: seen by nvidia-smi, not by torch"))
+    reserved = allocated + over.reserved_slack
+    device = reserved + over.cuda_context
+    return Estimate(
+        model_name=spec.name, params=spec.params, trainable_params=parts["trainable_params"],
+        model_source=spec.source, setup=setup, precision=stack.precision, components=tuple(components),
+        peak_phase=peak_phase, phases=tuple((k, sum(v.values())) for k, v in phases.items()),
+        peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
+        range_low_bytes=min(over.range_low, device), range_high_bytes=max(over.range_high, device),
+        paged_bytes=parts["paged"], download_bytes=count_params(spec).total * 2,
+        assumptions=tuple(_assumptions(spec, setup, stack, parts)),
+    )
+
+
+def _parts(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> dict:
+    """Every size the phases are built from, with the note each component carries."""
+    weights, quant_consts = states.base_weight_bytes(spec, setup, stack)
+    adapter = states.lora_params(stack) * stack.adapter_bytes
+    grads = states.gradient_bytes(spec, setup, stack)
+    opt_state, paged, opt_note = states.optimizer_state_bytes(spec, setup, stack)
+    step_temp, step_note = states.optimizer_step_transient(spec, setup, stack)
+    layer_act = act.layer_activation_bytes(spec, setup, stack)
+    all_layers_act = act.total_layer_activation_bytes(spec, setup, stack)
+    ckpt = 0 if stack.ckpt_offload else act.checkpoint_bytes(spec, setup, stack)
+    loss = loss_memory(spec, setup, stack)
+    counts = count_params(spec)
+    matmul = spec.num_layers * counts.layer_linear_weights + (counts.lm_head or 0)
+    mixed_casts = 2 * matmul if (stack.autocast and stack.weight_bytes == 4 and setup.method != "qlora") else 0
+    if setup.method == "qlora" and stack.autocast and stack.kbit_upcast:
+        mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
+    adapter_casts = 2 * states.lora_params(stack) if (stack.autocast and stack.adapter_bytes == 4) else 0
+    per = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
+    head_grad = ((counts.lm_head or spec.vocab_size * spec.hidden_size) + counts.final_norm) * per \
+        if stack.base_trainable else 0
+    embed_grad = counts.embedding * per if stack.base_trainable and not setup.optimizer_in_backward else 0
+    layer_casts = 2 * counts.layer_linear_weights if mixed_casts else 0
+    return dict(
+        weights=weights, quant=quant_consts, adapter=adapter, grads=grads, opt=opt_state, paged=paged,
+        step_temp=step_temp, layer_act=layer_act, all_layers_act=all_layers_act, ckpt=ckpt, loss=loss,
+        head_act=act.head_activation_bytes(spec, setup, stack),
+        temps=act.layer_backward_temp_bytes(spec, setup, stack),
+        casts=mixed_casts + adapter_casts, layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1),
+        head_grad=min(head_grad, grads), embed_grad=min(embed_grad, grads),
+        trainable_params=states.trainable_params(spec, stack),
+        grad_hidden=setup.batch_size * setup.seq_len * spec.hidden_size * stack.residual_bytes,
+        notes={
+            "weights": _weights_note(spec, setup, stack),
+            "quantization constants": f"{setup.quant} absmax / double-quant constants (bitsandbytes quantize_4bit)",
+            "adapter weights": f"LoRA A/B, rank {setup.lora_rank}, {stack.adapter_bytes} B per param",
+            "gradients": f"trainable params x {per} B (.grad in the param dtype)",
+            "optimizer state": f"{OPTIMIZERS[setup.optimizer]}: {opt_note}",
+            "optimizer step temporaries": step_note,
+            "autocast weight copies": "bf16 casts of weights saved for backward under autocast",
+            "activations": "tensors autograd saves, all layers (op-level walk, memory-physics §3)",
+            "checkpoints": "gradient checkpointing keeps each layer's input hidden states",
+            "recomputed layer": "one layer's activations rebuilt during backward",
+            "logits and loss": loss.note,
+            "backward temporaries": "one layer's backward: grads of its output and MLP intermediates",
+            "cuBLAS workspace": "cuBLAS/cuBLASLt workspaces, allocated through the caching allocator",
+            "embedding and head activations": "embedding indices, final norm, lm_head input, labels",
+        },
+    )
+
+
+def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dict[str, dict[str, int]]:
+    state = {"weights": p["weights"], "quantization constants": p["quant"], "adapter weights": p["adapter"],
+             "optimizer state": p["opt"], "cuBLAS workspace": CUBLAS_WORKSPACE_BYTES}
+    accum_grads = p["grads"] if setup.grad_accum > 1 else 0   # grads persist across micro-batches
+    loss = p["loss"]
+    if setup.grad_ckpt:
+        saved_layers = {"checkpoints": spec.num_layers * p["ckpt"]}
+    else:
+        saved_layers = {"activations": p["all_layers_act"]}
+    head = {"embedding and head activations": p["head_act"]}
+    phases: dict[str, dict[str, int]] = {}
+    phases["forward (end)"] = {**state, "gradients": accum_grads, "autocast weight copies": p["casts"],
+                               **saved_layers, **head, "logits and loss": loss.saved + loss.forward_extra}
+    bwd_casts = 0 if setup.grad_ckpt else p["casts"]
+    phases["cross-entropy backward"] = {**state, "gradients": accum_grads, "autocast weight copies": bwd_casts,
+                                        **saved_layers, **head, "logits and loss": loss.saved + loss.backward_extra}
+    # Backward through the top layer: the loss buffers are gone, the hidden-state grad and head grads exist.
+    top_grads = max(accum_grads, p["head_grad"])
+    if setup.grad_ckpt:
+        top_saved = {"checkpoints": spec.num_layers * p["ckpt"], "recomputed layer": p["layer_act"]}
+        bottom_saved = {"checkpoints": p["ckpt"], "recomputed layer": p["layer_act"]}
+    else:
+        top_saved = {"activations": p["all_layers_act"]}
+        bottom_saved = {"activations": p["layer_act"]}
+    temps = p["temps"] + p["grad_hidden"]
+    phases["layer backward (top)"] = {**state, "gradients": top_grads, "autocast weight copies": bwd_casts or
+                                      p["layer_casts"], **top_saved, **head, "backward temporaries": temps}
+    if stack.base_trainable and not setup.optimizer_in_backward:
+        # Near the bottom, almost every gradient exists (the embedding's comes last).
+        phases["layer backward (bottom)"] = {**state, "gradients": p["grads"] - p["embed_grad"],
+                                             "autocast weight copies": p["layer_casts"], **bottom_saved,
+                                             "embedding and head activations": p["head_act"],
+                                             "backward temporaries": temps}
+    phases["optimizer step"] = {**state, "gradients": p["grads"],
+                                "optimizer step temporaries": p["step_temp"]}
+    return phases
+
+
+def _weights_note(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> str:
+    if setup.method == "qlora":
+        return (f"{setup.quant} base linears ({'4' if setup.quant != 'int8' else '8'}-bit) + embeddings, norms "
+                f"and lm_head in {stack.weight_bytes * 8}-bit")
+    what = "trained" if stack.base_trainable else "frozen"
+    return f"{what} weights, {stack.weight_bytes} B per param ({stack.precision})"
+
+
+def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> list[str]:
+    out = list(stack.notes)
+    out.append(f"recipe {setup.recipe}: {stack.precision} weights, "
+               f"{'autocast bf16' if stack.autocast else 'no autocast'}, optimizer {setup.optimizer}, "
+               f"{'gradient checkpointing' if setup.grad_ckpt else 'no gradient checkpointing'}, "
+               f"attention {setup.attn}")
+    if setup.method in ("lora", "qlora"):
+        names = ",".join(sorted({m.linear.name for m in stack.lora_modules}))
+        out.append(f"LoRA rank {setup.lora_rank} on {names} in {stack.lora_layers} of {spec.num_layers} layers, "
+                   f"adapters in {'fp32' if stack.adapter_bytes == 4 else '16-bit'}, dropout {setup.lora_dropout}")
+    if setup.method == "qlora":
+        out.append("bitsandbytes >= 0.43.2: 4-bit linears save no input activation"
+                   + ("; prepare_model_for_kbit_training upcasts norms, embeddings and lm_head to fp32"
+                      if setup.kbit_upcast else "; no fp32 upcast of norms/embeddings (TRL >= 0.22)"))
+    if p["paged"]:
+        out.append(f"{p['paged'] / 2**30:.2f} GiB of paged optimizer state lives in CUDA managed memory: not in "
+                   "torch's counters, evicted to host RAM under pressure")
+    out.append("no padding in batches (packed or equal-length); steady-state step (iteration >= 2)"
+               if not setup.padding else "batches padded: a [b,1,s,s] mask and repeated K/V in SDPA")
+    if spec.exact_params is not None:
+        out.append("parameter count read from the safetensors headers")
+    if setup.grad_accum > 1:
+        out.append(f"gradient accumulation {setup.grad_accum}: gradients stay allocated between micro-batches")
+    return out
+
+
+def linear_names(spec: ModelSpec) -> list[str]:
+    return [lin.name for lin in layer_linears(spec)]

@@ -1,0 +1,111 @@
+"""Hardware: how much memory a run may really use. GPUs from the catalog, a card's memory, or a Mac's RAM.
+
+On a PC only the card's own memory counts (never system RAM). On Apple silicon the GPU shares RAM with the OS
+and apps; its cap is Metal's recommendedMaxWorkingSetSize, which macOS sets to a share of RAM that grows with
+RAM size (observed values below) and which `sysctl iogpu.wired_limit_mb` overrides.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from .errors import InvalidSetupError, UnknownHardwareError, did_you_mean
+from .units import GiB, parse_size
+
+# recommendedMaxWorkingSetSize / RAM, observed (research/memory-physics.md §7):
+#   16 GB M4: 10.67 GB (exo-explore/exo#1672), 16 GB M3: 11.84 GB (AlexsJones/llmfit#754)   -> about 2/3
+#   24 GB: 17.76 GiB (sgl-project/sglang#29949); 64 GB M2 Max: 47-49 GB (ggml-org/llama.cpp#1870) -> about 3/4
+#   128 GiB: 107.52 GiB (antirez/ds4#893)                                                        -> 0.84
+MAC_WORKING_SET_SHARE = ((16 * GiB, 2 / 3), (96 * GiB, 3 / 4), (None, 0.84))
+MAC_SOURCES = "exo-explore/exo#1672, AlexsJones/llmfit#754, sgl-project/sglang#29949, ggml-org/llama.cpp#1870, antirez/ds4#893"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    kind: str                 # "gpu" | "memory" | "mac"
+    capacity_bytes: int       # the card's memory, or the Mac's RAM
+    usable_bytes: int         # what a training run may use (a card: all it exposes; a Mac: the Metal limit)
+    source: str
+    notes: tuple[str, ...] = ()
+    slug: str | None = None
+
+
+@lru_cache(maxsize=1)
+def gpu_catalog() -> tuple[dict, ...]:
+    path = resources.files("memfit") / "data" / "hardware" / "gpus.json"
+    return tuple(json.loads(path.read_text(encoding="utf-8"))["gpus"])
+
+
+def _gpu_index() -> dict[str, dict]:
+    index = {}
+    for entry in gpu_catalog():
+        for name in (entry["slug"], *entry["aliases"]):
+            index[name.lower()] = entry
+    return index
+
+
+def find_gpu(name: str) -> dict:
+    key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    for candidate in (key, key.removeprefix("nvidia-").removeprefix("geforce-"), "rtx-" + key):
+        entry = _gpu_index().get(candidate)
+        if entry:
+            return entry
+    raise UnknownHardwareError(f"unknown GPU {name!r}" + did_you_mean(key, [g["slug"] for g in gpu_catalog()],
+                                                                       "memfit gpus"))
+
+
+def mac_usable_bytes(ram_bytes: int) -> int:
+    for limit, share in MAC_WORKING_SET_SHARE:
+        if limit is None or ram_bytes <= limit:
+            return int(ram_bytes * share)
+    raise AssertionError("unreachable: the table ends with an open bucket")
+
+
+def _mac_ram_bytes(text: str) -> int:
+    """Mac RAM is sold in binary units: Apple's "36GB" is 36 GiB. An explicit GiB or a byte count is kept."""
+    nbytes = parse_size(text, "--mac")
+    upper = str(text).strip().upper()
+    if upper.endswith(("GB", "G")) and not upper.endswith("IB"):
+        nbytes = round(nbytes / 1e9 * GiB)
+    return nbytes
+
+
+def load_hardware(gpu: str | None = None, memory: str | int | None = None, mac: str | int | None = None,
+                  mac_wired_limit: str | int | None = None) -> Hardware:
+    """Exactly one of gpu (a catalog slug), memory (a card's own memory) or mac (the Mac's RAM)."""
+    given = [name for name, value in (("--gpu", gpu), ("--memory", memory), ("--mac", mac)) if value is not None]
+    if len(given) != 1:
+        raise InvalidSetupError(f"give exactly one of --gpu, --memory or --mac (got {', '.join(given) or 'none'})")
+    if mac_wired_limit is not None and mac is None:
+        raise InvalidSetupError("--mac-wired-limit only applies with --mac")
+    if gpu is not None:
+        entry = find_gpu(gpu)
+        return Hardware(name=entry["name"], kind="gpu", capacity_bytes=entry["memory_bytes"],
+                        usable_bytes=entry["memory_bytes"], slug=entry["slug"],
+                        source=f"{entry['memory_source']}; {entry['source']}")
+    if memory is not None:
+        nbytes = memory if isinstance(memory, int) else parse_size(memory, "--memory")
+        notes = []
+        if isinstance(memory, str) and memory.strip().upper().endswith(("GB", "G")) and "I" not in memory.upper():
+            notes.append(f"{memory} read as {nbytes / 1e9:g}e9 bytes; a card sold as '{memory}' usually has "
+                         f"{nbytes / 1e9:g} GiB: pass {memory.upper().replace('GB', 'GiB')} for that")
+        return Hardware(name=f"GPU with {memory}", kind="memory", capacity_bytes=nbytes, usable_bytes=nbytes,
+                        source="--memory (the card's own memory)", notes=tuple(notes))
+    ram = mac if isinstance(mac, int) else _mac_ram_bytes(mac)
+    if mac_wired_limit is not None:
+        usable = mac_wired_limit if isinstance(mac_wired_limit, int) else parse_size(mac_wired_limit,
+                                                                                      "--mac-wired-limit")
+        if usable > ram:
+            raise InvalidSetupError("--mac-wired-limit is larger than the Mac's RAM")
+        how = "the GPU wired limit you gave (sysctl iogpu.wired_limit_mb)"
+    else:
+        usable = mac_usable_bytes(ram)
+        how = f"Metal's recommendedMaxWorkingSetSize, {usable / ram:.0%} of RAM at this size ({MAC_SOURCES})"
+    return Hardware(name=f"Apple silicon Mac with {mac} unified memory", kind="mac", capacity_bytes=ram,
+                    usable_bytes=usable, source=how,
+                    notes=("the OS and open apps share this RAM; MLX lets allocations pass the working-set limit "
+                           "but the system then pages and slows down",))

@@ -1,0 +1,64 @@
+"""`memfit models`, `memfit gpus`, `memfit rule`: the catalogs and the rule-of-thumb table."""
+
+from __future__ import annotations
+
+from .errors import UnknownModelError, did_you_mean
+from .render.jsonout import dumps
+from .units import GB, count, gib
+
+
+def render_models(family: str | None, fmt: str) -> str:
+    from .sources.catalog import catalog_entries, family_members
+
+    entries = list(catalog_entries()) if family is None else family_members(family)
+    if not entries:
+        families = sorted({e["family"] for e in catalog_entries()})
+        raise UnknownModelError(f"no catalog family {family!r}" + did_you_mean(family, families, "memfit models"))
+    rows = [{"slug": e["slug"], "id": e["id"], "family": e["family"], "params": e["params"],
+             "model_type": e["config"]["model_type"], "source": e["source"]} for e in entries]
+    rows.sort(key=lambda r: (r["family"], r["params"]))
+    if fmt == "json":
+        return dumps({"schema_version": 1, "models": rows})
+    lines = [f"{'slug':<30} {'params':>8}  {'family':<10} id"]
+    lines += [f"{r['slug']:<30} {count(r['params']):>8}  {r['family']:<10} {r['id']}" for r in rows]
+    lines.append(f"{len(rows)} models. Any other Hugging Face id, a config.json or a model directory works too.")
+    return "\n".join(lines)
+
+
+def render_gpus(fmt: str) -> str:
+    from .hardware import MAC_WORKING_SET_SHARE, MAC_SOURCES, gpu_catalog
+
+    gpus = sorted(gpu_catalog(), key=lambda g: (g["vendor"], g["memory_bytes"]))
+    macs = [{"ram_up_to_bytes": limit, "usable_share": share} for limit, share in MAC_WORKING_SET_SHARE]
+    if fmt == "json":
+        return dumps({"schema_version": 1, "gpus": gpus, "mac_usable_share": macs, "mac_sources": MAC_SOURCES})
+    lines = [f"{'slug':<18} {'memory':>11}  name"]
+    lines += [f"{g['slug']:<18} {gib(g['memory_bytes']):>11}  {g['name']}"
+              + (f"  (also: {', '.join(g['aliases'])})" if g["aliases"] else "") for g in gpus]
+    lines.append("")
+    lines.append("Apple silicon (--mac RAM): usable = Metal's working-set limit, about 2/3 of RAM up to 16 GiB,")
+    lines.append("3/4 up to 96 GiB, 84% above; override with --mac-wired-limit. Any card: --memory 24GiB.")
+    return "\n".join(lines)
+
+
+def render_rule(fmt: str) -> str:
+    from .rule import RULE_TABLE_SIZES_B, RULES
+
+    rows = []
+    for size in RULE_TABLE_SIZES_B:
+        params = size * 1e9
+        row = {"params_b": size}
+        for key, (per_param, overhead, _) in RULES.items():
+            row[key + "_gb"] = round((per_param * params + overhead) / GB, 1)
+        rows.append(row)
+    if fmt == "json":
+        return dumps({"schema_version": 1, "unit": "GB (1e9 bytes)", "rows": rows,
+                      "rules": {k: {"gb_per_billion": v[0], "overhead_gb": v[1] / GB, "what": v[2]}
+                                for k, v in RULES.items()}})
+    lines = ["Rule of thumb (GB = 1e9 bytes; activations only as a flat allowance):",
+             f"{'size':>6} {'QLoRA':>7} {'LoRA':>7} {'full':>7} {'full+master':>12}"]
+    for r in rows:
+        lines.append(f"{r['params_b']:>5g}B {r['qlora_gb']:>6.1f}  {r['lora_gb']:>6.0f}  {r['full_gb']:>6.0f}  "
+                     f"{r['full-master_gb']:>11.0f}")
+    lines.append("LoRA 2 GB/B + 3; full 12 GB/B + 4 (16 with an fp32 master copy); QLoRA 0.7 GB/B + 3.")
+    return "\n".join(lines)

@@ -1,0 +1,215 @@
+"""Activations: the tensors autograd saves for backward, walked op by op through one decoder layer.
+
+The op rules (research/memory-physics.md section 3.1, each checked byte for byte with saved_tensors_hooks on a
+real HF Llama): a Linear saves its input only if its weight trains; under autocast each Linear casts an fp32
+input to bf16 separately and saves that copy; HF RMSNorm saves an fp32 copy of its input and rsqrt, plus the
+normalized output when its weight trains; SiLU/GELU save their input; a gated product saves both operands;
+flash / mem-efficient SDPA save q, k, v, out and an fp32 logsumexp; eager attention saves the fp32 softmax
+(4 B) and its bf16 cast (2 B) per score; PEFT casts each adapted module's input to the adapter dtype and
+lora_A saves that copy. For Llama this walk reproduces the closed forms of section 3.3, e.g. full FT bf16 SDPA
+= bs(16h + 4qd + 4kvd + 8i + 8) + 4bas.
+"""
+
+from __future__ import annotations
+
+from ..spec import ACT_SAVED_TENSORS, ModelSpec
+from ..setup import TrainingSetup
+from .stack import Stack
+
+
+class _Walk:
+    """Accumulates saved bytes for `tokens` tokens; storages shared by several ops are added once."""
+
+    def __init__(self, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
+        self.spec, self.setup, self.st = spec, setup, stack
+        self.T = setup.batch_size * setup.seq_len
+        self.saved = 0
+
+    def add(self, per_token_bytes: float) -> None:
+        self.saved += int(per_token_bytes * self.T)
+
+    # -- building blocks ---------------------------------------------------------------------------------------
+    def norm(self, width: int, in_bytes: int, trainable: bool) -> int:
+        """Saves of one norm over `width` features; returns the dtype bytes of its output."""
+        spec, st = self.spec, self.st
+        if st.fused_norm:
+            self.add(width * in_bytes + 4)             # fused kernel: input + rstd
+        elif spec.norm_kind == "layernorm":
+            # aten native_layer_norm saves input, mean, rstd; under autocast it runs in fp32 (new copy).
+            self.add(width * (4 if st.autocast else in_bytes) + 8)
+        else:
+            self.add(width * 4 + 4)                    # x.float() (or x itself when fp32) and rsqrt
+            if trainable:
+                # Llama: weight * x_norm.to(input_dtype) saves x_norm in the input dtype;
+                # Gemma: (x_norm * (1 + w.float())) in fp32 saves x_norm in fp32.
+                self.add(width * (4 if spec.norm_style == "gemma" else in_bytes))
+        return in_bytes
+
+    def linear_inputs(self, width: int, in_bytes: int, n_consumers: int) -> None:
+        """What trainable base Linears reading one input save (nothing when the base is frozen)."""
+        if not self.st.base_trainable:
+            return
+        if self.st.autocast and in_bytes == 4:
+            self.add(n_consumers * width * 2)         # one bf16 cast per Linear
+        else:
+            self.add(width * in_bytes)                # one shared storage
+
+    def lora(self, parts: set[str], width: int, in_bytes: int, input_saved: bool = False) -> None:
+        """Saves of the LoRA branches on the modules in `parts` that read one input of `width` features.
+        `input_saved`: that input is already kept by another op (SDPA's out feeding o_proj)."""
+        st, p = self.st, self.setup.lora_dropout
+        modules = [m for m in st.lora_modules if set(m.linear.parts) & parts and m.linear.d_in == width]
+        if not modules or not self._layer_has_lora:
+            return
+        ad = st.adapter_bytes
+        shared_counted = input_saved
+        for m in modules:
+            if st.autocast:
+                self.add(width * (3 if p > 0 else 2) + 2 * m.rank)
+                continue
+            if p > 0:
+                self.add(width * (1 + ad) + ad * m.rank)   # bool mask (CUDA) + dropout output, + lora_B input
+            elif in_bytes == ad:
+                if not shared_counted and not self.st.base_trainable:
+                    self.add(width * ad)                  # lora_A saves the input itself, shared
+                    shared_counted = True
+                self.add(ad * m.rank)
+            else:
+                self.add(width * ad + ad * m.rank)          # per-module cast copy + lora_B input
+
+    # -- the layer ---------------------------------------------------------------------------------------------
+    def layer(self, has_lora: bool) -> int:
+        spec, st, s = self.spec, self.st, self.setup
+        self._layer_has_lora = has_lora
+        h, qd, kvd = spec.hidden_size, spec.q_dim, spec.kv_dim
+        res, train = st.residual_bytes, st.base_trainable
+        # bitsandbytes Linear4bit returns its input's dtype (output.to(inp_dtype)); other linears the compute dtype.
+        lin_out = res if st.method == "qlora" else st.compute_bytes
+        cmp = 2 if st.autocast else lin_out          # dtype attention runs in (autocast casts q/k/v)
+        a = spec.num_heads
+
+        x = self.norm(h, res, train) if not _post_norm(spec) else res
+        attn_in_consumers = 1 if spec.fused_qkv else 3
+        mlp_shares_input = spec.parallel_attn_mlp and spec.norms_per_layer == 1
+        if mlp_shares_input:
+            attn_in_consumers += 1 if spec.fused_gate_up or spec.mlp_kind == "plain" else 2
+        self.linear_inputs(h, x, attn_in_consumers)
+        self.lora({"q", "k", "v"} | ({"gate", "up"} if mlp_shares_input else set()), h, x)
+
+        # q/k norms (Qwen3, Gemma 3, OLMo 2) then rotary: q_embed and k_embed are new tensors SDPA saves.
+        if spec.qk_norm != "none":
+            self.norm_qk(qd, kvd, cmp, train)
+        repeat_kv = s.attn == "eager" or (s.attn == "sdpa" and s.padding)
+        k_saved = qd if repeat_kv else kvd
+        self.add(cmp * (qd + 2 * k_saved))             # q, k, v as the attention kernel saves them
+        if s.attn == "eager":
+            # fp32 softmax, plus its cast to the compute dtype (a no-op in fp32); with dropout the cast is
+            # replaced by a bool mask and the dropout output.
+            per_score = 4 + ((1 + cmp) if spec.attn_dropout > 0 else (2 if cmp == 2 else 0))
+            if spec.attn_logit_softcap:
+                per_score += cmp                       # tanh output saved by the soft-capping
+            self.add(per_score * a * s.seq_len)        # b*a*s^2 = T*a*s
+        else:
+            self.add(4 * a)                            # logsumexp, fp32 [b, a, s]
+            if s.attn == "sdpa" and s.padding:
+                self.add(cmp * s.seq_len)              # per-layer additive mask (convert_boolean_attn_mask)
+        if s.attn != "eager" or train:
+            # SDPA/flash save their output, which is also o_proj's input; eager's output is a fresh
+            # transpose(1,2).contiguous() copy that only a trainable o_proj keeps.
+            self.add(cmp * qd)
+        self.lora({"o"}, qd, cmp, input_saved=s.attn != "eager")
+        if spec.resid_dropout > 0:
+            self.add(h)                                # bool dropout mask on CUDA
+
+        if _post_norm(spec):
+            self.norm(h, lin_out, train)               # OLMo 2: norm on the attention output
+        if spec.norms_per_layer == 4:
+            self.norm(h, lin_out, train)               # Gemma 2/3 post_attention_layernorm
+        if not mlp_shares_input:
+            y = self.norm(h, res, train) if not _post_norm(spec) else res
+            self.linear_inputs(h, y, 1 if spec.fused_gate_up or spec.mlp_kind == "plain" else 2)
+            self.lora({"gate", "up"}, h, y)
+        self.mlp(lin_out, train)
+        if _post_norm(spec) or spec.norms_per_layer == 4:
+            self.norm(h, lin_out, train)               # post_feedforward_layernorm
+        if spec.resid_dropout > 0:
+            self.add(h)
+        return self.saved
+
+    def norm_qk(self, qd: int, kvd: int, cmp: int, train: bool) -> None:
+        heads = self.spec.num_heads + self.spec.num_kv_heads
+        self.add(4 * (qd + kvd) + 4 * heads)           # fp32 copies + rsqrt per head
+        if train:
+            self.add((4 if self.spec.norm_style == "gemma" else cmp) * (qd + kvd))
+
+    def mlp(self, cmp: int, train: bool) -> None:
+        spec = self.spec
+        act_extra = ACT_SAVED_TENSORS.get(spec.activation, 1) - 1
+        if spec.is_moe:
+            k, e_i, h = spec.experts_per_token, spec.moe_intermediate_size, spec.hidden_size
+            self.add(4 * spec.num_experts + (h * cmp if train else 0))   # router softmax (fp32), router input
+            # per routed token: gathered input (if experts train), gate_up out, act out, product (if down trains),
+            # down out saved by the routing-weight multiply.
+            per = cmp * (2 * e_i + e_i + h) + (cmp * (h + e_i) if train else 0)
+            self.add(k * per)
+            if spec.shared_expert_intermediate_size:
+                si = spec.shared_expert_intermediate_size
+                self.add(cmp * (3 * si + (si if train else 0)))
+            return
+        i = spec.intermediate_size
+        if spec.mlp_kind == "gated":
+            self.add(cmp * i * (3 + act_extra))        # gate out, act out, up out
+        else:
+            self.add(cmp * i * (1 + act_extra))        # fc1 out (activation input)
+        if train:
+            self.add(cmp * i)                          # down/fc2 input
+        else:
+            self.lora({"down"}, i, cmp)
+
+
+def _post_norm(spec: ModelSpec) -> bool:
+    return spec.model_type == "olmo2"
+
+
+def layer_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, has_lora: bool = True) -> int:
+    """Bytes one decoder layer saves for backward at this batch and length (no checkpointing)."""
+    return _Walk(spec, setup, stack).layer(has_lora)
+
+
+def total_layer_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
+    """All layers. With mlx-lm's adapters on the last N layers only, the frozen prefix saves nothing."""
+    if stack.method == "full" or stack.lora_layers == spec.num_layers:
+        return spec.num_layers * layer_activation_bytes(spec, setup, stack)
+    return stack.lora_layers * layer_activation_bytes(spec, setup, stack)
+
+
+def checkpoint_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
+    """Kept per layer under gradient checkpointing: the layer's input hidden states (section 3.5)."""
+    return setup.batch_size * setup.seq_len * spec.hidden_size * stack.residual_bytes
+
+
+def layer_backward_temp_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
+    """Transient grads inside one layer's backward: grad of the layer output and of the MLP intermediates
+    (about 3 x the intermediate width), or eager attention's score gradients when those are larger."""
+    T = setup.batch_size * setup.seq_len
+    cmp, res = stack.compute_bytes, stack.residual_bytes
+    width = (spec.experts_per_token * spec.moe_intermediate_size if spec.is_moe else spec.intermediate_size)
+    mlp = T * (3 * width * cmp + 2 * spec.hidden_size * res)
+    attn = 0
+    if setup.attn == "eager":
+        attn = 10 * T * spec.num_heads * setup.seq_len   # grad of probs (bf16), its fp32 upcast, softmax grad
+    return max(mlp, attn)
+
+
+def head_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
+    """Saved outside the layers: embedding indices, embedding dropout, final norm, lm_head input, labels."""
+    walk = _Walk(spec, setup, stack)
+    train = stack.base_trainable
+    if train:
+        walk.add(8)                                    # embedding saves the int64 indices
+    if spec.embd_dropout > 0:
+        walk.add(spec.hidden_size)
+    walk.norm(spec.hidden_size, stack.residual_bytes, train)
+    walk.linear_inputs(spec.hidden_size, stack.residual_bytes, 1)
+    walk.add(8)                                        # int64 labels saved by the loss
+    return walk.saved

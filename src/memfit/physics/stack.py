@@ -1,0 +1,103 @@
+"""The numeric plan of a run: which dtypes, which tensors train, which kernels. Resolved once per estimate.
+
+Everything in physics/ reads a Stack instead of re-deriving dtype rules; the rules (and their sources) are here.
+Byte widths are counted per element; NF4 is handled in states.py in bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..params import Linear, layer_linears
+from ..recipes import get_recipe
+from ..setup import TrainingSetup
+from ..spec import ModelSpec
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class LoraModule:
+    linear: Linear
+    rank: int
+
+    @property
+    def params(self) -> int:
+        return self.rank * (self.linear.d_in + self.linear.d_out)
+
+
+@dataclass(frozen=True)
+class Stack:
+    method: str
+    weight_bytes: int          # bytes per element of the (non-quantized) model weights as loaded
+    residual_bytes: int        # dtype of the hidden states between layers
+    compute_bytes: int         # dtype of matmul outputs (2 under autocast or 16-bit weights)
+    autocast: bool
+    adapter_bytes: int         # LoRA A/B weights and grads
+    base_trainable: bool       # full fine-tuning
+    lora_modules: tuple[LoraModule, ...]   # per adapted layer
+    lora_layers: int           # how many layers carry adapters (mlx-lm: the last 16)
+    loss_kind: str             # "hf" | "chunked-fp32" | "chunked-kept" | "fused"
+    fp32_logits_copy: bool
+    logits_bytes: int          # dtype of the lm_head output
+    fused_norm: bool
+    ckpt_offload: bool
+    kbit_upcast: bool
+    precision: str             # resolved (never "auto")
+    notes: tuple[str, ...]
+
+
+def resolve_precision(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, str | None]:
+    """'auto' -> the checkpoint's dtype, as transformers v5 loads it (dtype='auto'). Returns (precision, note)."""
+    if setup.precision != "auto":
+        return setup.precision, None
+    ckpt = spec.checkpoint_dtype
+    if ckpt == "fp32":
+        # An fp32 checkpoint loads in fp32; with Trainer bf16=True that is fp32 weights + bf16 autocast.
+        return "bf16-mixed", (f"precision auto: the checkpoint is fp32 (config dtype), so weights load in fp32 and "
+                              f"train under bf16 autocast (bf16-mixed)")
+    return ckpt, f"precision auto: weights load in the checkpoint dtype ({ckpt})"
+
+
+def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
+    recipe = get_recipe(setup.recipe)
+    precision, note = resolve_precision(spec, setup)
+    notes = [note] if note else []
+    mixed = precision.endswith("-mixed")
+    weight_bytes = 4 if (mixed or precision == "fp32") else 2
+    if setup.method == "qlora":
+        # QLoRA's non-quantized params stay in the 16-bit load dtype unless prepare_model_for_kbit_training
+        # upcasts them to fp32 (peft src/peft/utils/other.py; TRL < 0.22 called it).
+        weight_bytes = 4 if setup.kbit_upcast else 2
+        mixed = False
+    # An explicit bf16/fp16 means pure 16-bit training. "auto" means what the recipe does with the checkpoint:
+    # HF Trainer's bf16=True wraps the forward in autocast even when the weights are already bf16.
+    autocast = mixed or (setup.precision == "auto" and recipe.autocast and precision in ("bf16", "fp16"))
+    if setup.method == "qlora":
+        autocast = recipe.autocast if setup.precision == "auto" else setup.precision.endswith("-mixed")
+    residual_bytes = weight_bytes
+    compute_bytes = 2 if (autocast or weight_bytes == 2) else 4
+    adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.method == "qlora" else weight_bytes)
+    if setup.chunked_ce:
+        loss_kind = recipe.loss if recipe.loss != "hf" else "chunked-fp32"
+    else:
+        loss_kind = "hf"
+    logits_bytes = compute_bytes if not (setup.method == "qlora" and setup.kbit_upcast and not autocast) else 4
+    lora_modules: tuple[LoraModule, ...] = ()
+    if setup.method in ("lora", "qlora"):
+        targets = set(setup.lora_targets)
+        lora_modules = tuple(LoraModule(lin, setup.lora_rank) for lin in layer_linears(spec)
+                             if set(lin.parts) & targets and lin.parts not in (("experts",), ("router",)))
+        if spec.is_moe and targets & {"gate", "up", "down"}:
+            notes.append("MoE experts are stacked 3-D parameters in transformers v5, not nn.Linear: LoRA "
+                         "targets only attention (and shared-expert) linears")
+    lora_layers = spec.num_layers
+    if recipe.lora_layers and setup.method != "full":
+        lora_layers = min(recipe.lora_layers, spec.num_layers)
+    return Stack(method=setup.method, weight_bytes=weight_bytes, residual_bytes=residual_bytes,
+                 compute_bytes=compute_bytes, autocast=autocast, adapter_bytes=adapter_bytes,
+                 base_trainable=setup.method == "full", lora_modules=lora_modules, lora_layers=lora_layers,
+                 loss_kind=loss_kind, fp32_logits_copy=recipe.fp32_logits_copy and autocast,
+                 logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,
+                 ckpt_offload=recipe.ckpt_offload and setup.grad_ckpt, kbit_upcast=setup.kbit_upcast,
+                 precision=precision, notes=tuple(notes))

@@ -1,0 +1,148 @@
+"""TrainingSetup: everything about a run that is not the model or the hardware. Frozen and validated.
+
+Build one directly (fields default to what a user of the ``hf`` recipe gets) or with
+``TrainingSetup.from_recipe("torchtune", method="lora", seq_len=4096)``, which takes that stack's defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .errors import InvalidSetupError
+from .recipes import ALL_TARGETS, RECIPES, get_recipe
+
+METHODS = ("full", "lora", "qlora")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed")
+OPTIMIZERS = {
+    "adamw": "torch AdamW, foreach implementation (the CUDA default when no flag is given)",
+    "adamw-fused": "torch AdamW(fused=True), HF Trainer's adamw_torch_fused",
+    "adamw-loop": "torch AdamW(foreach=False), the for-loop implementation",
+    "adamw-bnb": "bitsandbytes 32-bit AdamW (fp32 states even for bf16 weights)",
+    "adamw-8bit": "bitsandbytes AdamW8bit (blockwise 8-bit states)",
+    "paged-adamw": "bitsandbytes PagedAdamW (32-bit states in CUDA managed memory)",
+    "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit (8-bit states in CUDA managed memory)",
+    "sgd": "torch SGD with momentum",
+    "adafactor": "transformers Adafactor (factored second moment, no first moment)",
+}
+OPTIMIZER_ALIASES = {"adamw-torch": "adamw", "adamw_torch": "adamw", "adamw_torch_fused": "adamw-fused",
+                     "adamw-torch-fused": "adamw-fused", "adamw_8bit": "adamw-8bit", "adamw_bnb_8bit": "adamw-8bit",
+                     "paged_adamw_8bit": "paged-adamw-8bit", "paged_adamw_32bit": "paged-adamw",
+                     "paged-adamw-32bit": "paged-adamw", "adam": "adamw", "adamw-foreach": "adamw"}
+ATTENTION = ("sdpa", "flash", "eager")
+QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
+LOSSES = ("hf", "chunked-fp32", "chunked-kept", "fused")
+
+# Past these a number is a typo, not a plan: no single device trains 1M tokens per micro-batch.
+MAX_SEQ_LEN = 1 << 21
+MAX_BATCH = 1 << 16
+MAX_RANK = 1 << 14
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    method: str = "lora"
+    batch_size: int = 1
+    seq_len: int = 2048
+    precision: str = "auto"
+    optimizer: str = "adamw-fused"
+    grad_ckpt: bool = False
+    attn: str = "sdpa"
+    lora_rank: int = 8
+    lora_targets: tuple[str, ...] = ("q", "v")
+    lora_dropout: float = 0.0
+    quant: str = "nf4-dq"
+    grad_accum: int = 1
+    chunked_ce: bool = False
+    optimizer_in_backward: bool = False
+    recipe: str = "hf"
+    gpus: int = 1
+    kbit_upcast: bool = False        # peft.prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
+    padding: bool = False            # batches carry a padding mask (attention_mask with zeros)
+
+    def __post_init__(self):
+        problems = self.problems()
+        if problems:
+            raise InvalidSetupError(problems)
+
+    @classmethod
+    def from_recipe(cls, recipe: str = "hf", **overrides) -> "TrainingSetup":
+        """The recipe's defaults for the chosen method, then the caller's overrides (None means 'default')."""
+        r = get_recipe(recipe)
+        method = overrides.get("method") or "lora"
+        values = dict(method=method, precision=r.precision, optimizer=r.optimizer, grad_ckpt=r.grad_ckpt,
+                      attn=r.attn, lora_rank=r.lora_rank, lora_targets=r.lora_targets,
+                      lora_dropout=r.lora_dropout, quant=r.quant, recipe=r.name,
+                      chunked_ce=r.loss != "hf")
+        if method == "full":
+            values.update(r.full_overrides)
+        if method == "qlora":
+            values.update(r.qlora_overrides)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def problems(self) -> list[str]:
+        p: list[str] = []
+        if self.method not in METHODS:
+            p.append(f"method {self.method!r} is not one of {', '.join(METHODS)}")
+        for name, value, top in (("batch size", self.batch_size, MAX_BATCH), ("seq len", self.seq_len, MAX_SEQ_LEN),
+                                 ("grad accum", self.grad_accum, 1 << 20), ("gpus", self.gpus, 1 << 16),
+                                 ("lora rank", self.lora_rank, MAX_RANK)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                p.append(f"{name} must be an integer, got {value!r}")
+            elif value < 1:
+                p.append(f"{name} must be at least 1, got {value}")
+            elif value > top:
+                p.append(f"{name} {value} is absurdly large (limit {top})")
+        if self.precision not in PRECISIONS:
+            p.append(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.optimizer not in OPTIMIZERS:
+            p.append(f"optimizer {self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        if self.attn not in ATTENTION:
+            p.append(f"attention {self.attn!r} is not one of {', '.join(ATTENTION)}")
+        if self.quant not in QUANTS:
+            p.append(f"quantization {self.quant!r} is not one of {', '.join(QUANTS)}")
+        if self.recipe not in RECIPES:
+            p.append(f"recipe {self.recipe!r} is not one of {', '.join(RECIPES)}")
+        bad = [t for t in self.lora_targets if t not in ALL_TARGETS]
+        if bad or not self.lora_targets:
+            p.append(f"LoRA targets {', '.join(bad) or '(none)'} unknown; use all-linear or a list of "
+                     f"{','.join(ALL_TARGETS)}")
+        if not isinstance(self.lora_dropout, (int, float)) or not 0.0 <= self.lora_dropout < 1.0:
+            p.append(f"LoRA dropout must be in [0, 1), got {self.lora_dropout!r}")
+        if self.gpus != 1 and isinstance(self.gpus, int) and self.gpus >= 1:
+            p.append("multi-GPU estimates (--gpus > 1) are not supported yet; memfit estimates one GPU")
+        if self.method == "qlora" and self.precision in ("fp32",):
+            p.append("QLoRA computes in 16-bit; precision fp32 contradicts it (use bf16 or fp16)")
+        if self.method != "full" and self.optimizer_in_backward and self.method in METHODS:
+            pass  # allowed: steps the adapter in backward, little effect, but valid
+        return p
+
+    def replace(self, **changes) -> "TrainingSetup":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def tokens(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+def parse_targets(text: str) -> tuple[str, ...]:
+    """'all-linear' | 'all' | 'q,k,v,o' | 'q_proj,v_proj' -> canonical target names."""
+    raw = [t.strip().lower() for t in str(text).split(",") if t.strip()]
+    if raw in (["all-linear"], ["all"], ["all_linear"]):
+        return ALL_TARGETS
+    out = []
+    for t in raw:
+        t = t.removesuffix("_proj")
+        out.append(t)
+    bad = [t for t in out if t not in ALL_TARGETS]
+    if bad or not out:
+        raise InvalidSetupError(f"LoRA targets {text!r}: unknown {', '.join(bad) or '(empty)'}; use all-linear "
+                                f"or a comma list of {','.join(ALL_TARGETS)}")
+    return tuple(dict.fromkeys(out))
+
+
+def normalize_optimizer(name: str) -> str:
+    key = str(name).strip().lower()
+    key = OPTIMIZER_ALIASES.get(key, OPTIMIZER_ALIASES.get(key.replace("-", "_"), key))
+    return key
