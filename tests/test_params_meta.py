@@ -21,19 +21,7 @@ def _meta_numel(config_dict):
     return sum(p.numel() for p in model.parameters())
 
 
-# One representative per family keeps this under a minute; the formula is the same for a family's sizes.
-def _one_per_family():
-    seen, out = set(), []
-    for entry in catalog_entries():
-        key = entry["config"]["model_type"] + str(entry["config"].get("tie_word_embeddings"))
-        if entry["family"] in seen and key in seen:
-            continue
-        seen.update({entry["family"], key})
-        out.append(entry)
-    return out
-
-
-@pytest.mark.parametrize("entry", _one_per_family(), ids=lambda e: e["slug"])
+@pytest.mark.parametrize("entry", catalog_entries(), ids=lambda e: e["slug"])
 def test_catalog_count_equals_meta_numel(entry):
     spec = spec_from_entry(entry)
     numel = _meta_numel(entry["config"])

@@ -149,7 +149,9 @@ def optimizer_step_transient(spec: ModelSpec, setup: TrainingSetup, stack: Stack
     largest = max(n for n, _ in sizes)
     opt = setup.optimizer
     if setup.optimizer_in_backward:
-        return 2 * largest * p, "per-parameter step in backward: about 2x the largest tensor"
+        if opt in ("adamw", "adamw-loop", "sgd"):
+            return 2 * largest * p, "per-parameter step in backward: about 2x the largest tensor"
+        return 0, "per-parameter step in backward with an in-place kernel: no step temporaries"
     if opt == "adamw":
         total = sum(n * k for n, k in sizes)
         return total * p, "foreach AdamW: torch._foreach_sqrt(exp_avg_sqs) is one param-sized intermediate"

@@ -1,0 +1,132 @@
+"""The command line: every command works, JSON has the documented schema, bad input is one line on stderr."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from memfit.cli import main
+
+GiB = 2**30
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_estimate_json_schema(capsys):
+    code, out, err = run(capsys, "estimate", "Qwen/Qwen2.5-7B", "--method", "lora", "--format", "json",
+                         "--gpu", "rtx-4090")
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert data["schema_version"] == 1
+    assert data["model"]["name"] == "Qwen/Qwen2.5-7B" and data["model"]["params"] == 7_615_616_512
+    assert data["model"]["trainable_params"] == 28 * 8 * (3584 + 3584 + 3584 + 512)   # r8 on q,v
+    for key in ("setup", "components", "peak_allocated_bytes", "peak_reserved_bytes", "device_bytes", "range",
+                "peak_phase", "assumptions", "verdict"):
+        assert key in data
+    assert data["verdict"]["status"] in ("fits", "tight", "does-not-fit")
+    assert data["verdict"]["usable_bytes"] == 24564 * 2**20
+    assert data["verdict"]["margin_bytes"] == data["verdict"]["usable_bytes"] - data["device_bytes"]
+    assert sum(c["bytes"] for c in data["components"]) == data["device_bytes"]
+
+
+def test_estimate_text_names_counters_and_defaults(capsys):
+    code, out, _ = run(capsys, "estimate", "meta-llama/Llama-3.1-8B", "--method", "qlora", "--seq-len", "2048",
+                       "--gpu", "rtx-4090")
+    assert code == 0
+    assert "torch.cuda.max_memory_allocated" in out and "nvidia-smi" in out
+    assert "FITS" in out and "batch 1*" in out and "length 2048," in out
+
+
+def test_config_file_and_memory_flag(capsys, tmp_path):
+    from memfit.sources.catalog import find_entry
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(find_entry("llama-3.2-1b")["config"]))
+    code, out, _ = run(capsys, "estimate", str(path), "--method", "full", "--batch-size", "4",
+                       "--precision", "bf16-mixed", "--memory", "80GB", "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and data["setup"]["precision_resolved"] == "bf16-mixed"
+    assert data["verdict"]["usable_bytes"] == 80 * 10**9
+    assert any("80GB read as" in n for n in data["verdict"]["hardware"]["notes"])
+
+
+def test_bare_size_on_a_mac(capsys):
+    code, out, _ = run(capsys, "estimate", "7B", "--method", "lora", "--mac", "36GB", "--format", "json")
+    data = json.loads(out)
+    assert data["kind"] == "rule-of-thumb" and data["device_bytes"] == 17 * 10**9
+    assert data["verdict"]["status"] == "fits" and data["verdict"]["usable_bytes"] == 27 * GiB
+
+
+@pytest.mark.parametrize("command", [["models"], ["models", "--family", "qwen2.5"], ["gpus"], ["rule"],
+                                     ["explain", "meta-llama/Llama-3.1-8B", "--method", "full"]])
+def test_listing_commands(capsys, command):
+    code, out, err = run(capsys, *command)
+    assert code == 0 and out.strip() and err == ""
+    code, out, _ = run(capsys, *command, "--format", "json")
+    assert code == 0 and json.loads(out)["schema_version"] == 1
+
+
+def test_models_family_filter(capsys):
+    _, out, _ = run(capsys, "models", "--family", "qwen2.5", "--format", "json")
+    slugs = [m["slug"] for m in json.loads(out)["models"]]
+    assert "qwen2.5-7b" in slugs and all(s.startswith("qwen2.5") for s in slugs)
+
+
+def test_explain_full_bf16_foreach(capsys):
+    _, out, _ = run(capsys, "explain", "llama-3-8b", "--method", "full", "--precision", "bf16", "--optimizer",
+                    "adamw", "--format", "json")
+    data = json.loads(out)
+    per = {r["what"]: r["bytes"] for r in data["bytes_per_trained_weight"]}
+    # weight 2 + gradient 2 + bf16 Adam moments 2 + 2 + foreach temporary 2 = 10 (memory-physics §0.6)
+    assert per == {"weight": 2, "gradient": 2, "optimizer state": 4, "optimizer step temporaries": 2}
+    assert data["rule_of_thumb_bytes_per_weight"] == 12
+    assert any("parameter dtype" in d for d in data["differences"])
+
+
+BAD = [
+    (["estimate", "no-such-model-xyz"], 1, "unknown model"),
+    (["estimate", "./missing/config.json"], 1, "no such file"),
+    (["estimate", "llama-3.1-8b", "--batch-size", "0"], 1, "at least 1"),
+    (["estimate", "llama-3.1-8b", "--seq-len", "-5"], 1, "at least 1"),
+    (["estimate", "llama-3.1-8b", "--seq-len", "ten"], 1, "not a whole number"),
+    (["estimate", "llama-3.1-8b", "--batch-size", "99999999"], 1, "absurdly large"),
+    (["estimate", "llama-3.1-8b", "--method", "full", "--quant", "nf4"], 1, "--quant only applies"),
+    (["estimate", "llama-3.1-8b", "--method", "full", "--lora-rank", "8"], 1, "contradicts --method full"),
+    (["estimate", "llama-3.1-8b", "--gpu", "rtx-4090", "--mac", "36GB"], 1, "exactly one"),
+    (["estimate", "llama-3.1-8b", "--gpu", "rtx4090x"], 1, "unknown GPU"),
+    (["estimate", "llama-3.1-8b", "--memory", "24"], 1, "no unit"),
+    (["estimate", "llama-3.1-8b", "--memory=-24GB"], 1, "not a size"),
+    (["estimate", "llama-3.1-8b", "--memory", "5000TB"], 1, "larger than any"),
+    (["estimate", "llama-3.1-8b", "--optimizer", "lion"], 1, "optimizer 'lion'"),
+    (["estimate", "llama-3.1-8b", "--lora-targets", "q,zz"], 1, "LoRA targets"),
+    (["estimate", "llama-3.1-8b", "--recipe", "nemo"], 1, "unknown recipe"),
+    (["estimate", "llama-3.1-8b", "--gpus", "8"], 1, "not supported yet"),
+    (["estimate", "llama-3.1-8b", "--method", "qlora", "--precision", "fp32"], 1, "contradicts"),
+    (["estimate", "0.0001B"], 1, "below a million"),
+    (["estimate", "llama-3.1-8b", "--attn", "magic"], 2, "invalid choice"),
+    (["estimate"], 2, "required"),
+    (["frobnicate"], 2, "invalid choice"),
+]
+
+
+@pytest.mark.parametrize("argv,code,message", BAD, ids=[" ".join(b[0][1:]) or b[0][0] for b in BAD])
+def test_bad_input_is_one_line_on_stderr(capsys, argv, code, message):
+    got, out, err = run(capsys, *argv)
+    assert got == code
+    assert out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err
+
+
+def test_python_dash_m_and_no_torch_import():
+    code = ("import sys, memfit; from memfit.cli import main; "
+            "main(['estimate', 'llama-3.2-1b', '--format', 'json']); "
+            "assert 'torch' not in sys.modules and 'huggingface_hub' not in sys.modules, sorted(sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "memfit", "estimate", "7B"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "RULE OF THUMB" in proc.stdout
