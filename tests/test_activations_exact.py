@@ -9,7 +9,7 @@ import pytest
 from memfit.physics.activations import layer_activation_bytes
 from memfit.physics.stack import resolve_stack
 from memfit.setup import TrainingSetup
-from memfit.estimator import _parts
+from memfit.estimator import _static_parts
 
 from conftest import ALL7, small_llama
 
@@ -43,7 +43,7 @@ def test_lora_autocast_includes_adapter_casts():
     setup = TrainingSetup(batch_size=B, seq_len=S, method="lora", lora_rank=16, lora_targets=ALL7)  # hf, auto
     stack = resolve_stack(spec, setup)
     assert stack.autocast
-    casts = _parts(spec, setup, stack)["casts"] // spec.num_layers
+    casts = _static_parts(spec, setup)["casts"] // spec.num_layers
     assert casts == 290_816
     assert layer_activation_bytes(spec, setup, stack) + casts == 12_746_752
 
@@ -53,7 +53,7 @@ def test_qlora_prepare_autocast():
     setup = TrainingSetup(batch_size=B, seq_len=S, method="qlora", lora_rank=16, lora_targets=ALL7,
                           kbit_upcast=True)
     stack = resolve_stack(spec, setup)
-    casts = _parts(spec, setup, stack)["casts"]
+    casts = _static_parts(spec, setup)["casts"]
     adapter_casts = casts - 2 * spec.vocab_size * spec.hidden_size
     assert layer_activation_bytes(spec, setup, stack) + adapter_casts // spec.num_layers == 17_072_128
 
@@ -62,5 +62,5 @@ def test_mixed_precision_weight_casts_per_layer():
     # §9.1: fp32 + autocast saves 5,636,096 B of bf16 weight casts per layer (2 B x the layer's matmul weights).
     spec = small_llama()
     setup = TrainingSetup(batch_size=B, seq_len=S, method="full", precision="bf16-mixed")
-    parts = _parts(spec, setup, resolve_stack(spec, setup))
+    parts = _static_parts(spec, setup)
     assert parts["layer_casts"] == 5_636_096

@@ -65,13 +65,15 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         from .rule import estimate_rule
 
         return estimate_rule(spec, setup)
-    stack = resolve_stack(spec, setup)
-    parts = _parts(spec, setup, stack)
-    phases = _phases(spec, setup, stack, parts)
-    peak_phase, peak_parts = max(phases.items(), key=lambda kv: sum(kv[1].values()))
-    allocated = sum(peak_parts.values())
+    static = _static_parts(spec, setup)
+    parts = _token_parts(spec, setup, static)
+    phases = _phases(spec, setup, static["stack"], parts)
+    totals = {name: sum(parts_.values()) for name, parts_ in phases.items()}
+    peak_phase = max(totals, key=totals.__getitem__)
+    peak_parts, allocated = phases[peak_phase], totals[peak_phase]
     over = overheads(allocated)
-    components = [Component(name, nbytes, "allocated", parts["notes"].get(name, ""))
+    notes = static["notes"]
+    components = [Component(name, nbytes, "allocated", notes.get(name, ""))
                   for name, nbytes in peak_parts.items() if nbytes > 0]
     components.append(Component("allocator slack", over.reserved_slack, "reserved",
                                 "caching-allocator rounding and fragmentation (reserved - allocated)"))
@@ -80,27 +82,36 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     reserved = allocated + over.reserved_slack
     device = reserved + over.cuda_context
     return Estimate(
-        model_name=spec.name, params=spec.params, trainable_params=parts["trainable_params"],
-        model_source=spec.source, setup=setup, precision=stack.precision, components=tuple(components),
-        peak_phase=peak_phase, phases=tuple((k, sum(v.values())) for k, v in phases.items()),
+        model_name=spec.name, params=static["params"], trainable_params=static["trainable_params"],
+        model_source=spec.source, setup=setup, precision=static["stack"].precision, components=tuple(components),
+        peak_phase=peak_phase, phases=tuple(totals.items()),
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
         range_low_bytes=min(over.range_low, device), range_high_bytes=max(over.range_high, device),
-        paged_bytes=parts["paged"], download_bytes=count_params(spec).total * 2,
-        assumptions=tuple(_assumptions(spec, setup, stack, parts)),
+        paged_bytes=static["paged"], download_bytes=static["download"], assumptions=static["assumptions"],
     )
 
 
-def _parts(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> dict:
-    """Every size the phases are built from, with the note each component carries."""
+_STATIC_CACHE: dict[tuple, dict] = {}
+_STATIC_CACHE_MAX = 4096
+
+
+def _static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
+    """Everything that does not depend on batch size or length, cached: searches over length or batch
+    (memfit max) re-estimate thousands of times with only those changed."""
+    key = (spec, setup.shape_free_key())
+    cached = _STATIC_CACHE.get(key)
+    if cached is None:
+        if len(_STATIC_CACHE) >= _STATIC_CACHE_MAX:
+            _STATIC_CACHE.clear()
+        cached = _STATIC_CACHE[key] = _compute_static_parts(spec, setup)
+    return cached
+
+
+def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
+    stack = resolve_stack(spec, setup)
     weights, quant_consts = states.base_weight_bytes(spec, setup, stack)
-    adapter = states.lora_params(stack) * stack.adapter_bytes
-    grads = states.gradient_bytes(spec, setup, stack)
     opt_state, paged, opt_note = states.optimizer_state_bytes(spec, setup, stack)
     step_temp, step_note = states.optimizer_step_transient(spec, setup, stack)
-    layer_act = act.layer_activation_bytes(spec, setup, stack)
-    all_layers_act = act.total_layer_activation_bytes(spec, setup, stack)
-    ckpt = 0 if stack.ckpt_offload else act.checkpoint_bytes(spec, setup, stack)
-    loss = loss_memory(spec, setup, stack)
     counts = count_params(spec)
     matmul = spec.num_layers * counts.layer_linear_weights + (counts.lm_head or 0)
     mixed_casts = 2 * matmul if (stack.autocast and stack.weight_bytes == 4 and setup.method != "qlora") else 0
@@ -108,36 +119,51 @@ def _parts(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> dict:
         mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
     adapter_casts = 2 * states.lora_params(stack) if (stack.autocast and stack.adapter_bytes == 4) else 0
     per = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
+    grads = states.gradient_bytes(spec, setup, stack)
     head_grad = ((counts.lm_head or spec.vocab_size * spec.hidden_size) + counts.final_norm) * per \
         if stack.base_trainable else 0
     embed_grad = counts.embedding * per if stack.base_trainable and not setup.optimizer_in_backward else 0
     layer_casts = 2 * counts.layer_linear_weights if mixed_casts else 0
-    return dict(
-        weights=weights, quant=quant_consts, adapter=adapter, grads=grads, opt=opt_state, paged=paged,
-        step_temp=step_temp, layer_act=layer_act, all_layers_act=all_layers_act, ckpt=ckpt, loss=loss,
-        head_act=act.head_activation_bytes(spec, setup, stack),
-        temps=act.layer_backward_temp_bytes(spec, setup, stack),
+    static = dict(
+        stack=stack, weights=weights, quant=quant_consts, adapter=states.lora_params(stack) * stack.adapter_bytes,
+        grads=grads, opt=opt_state, paged=paged, step_temp=step_temp,
+        layer_coeffs=act.layer_coefficients(spec, setup, stack), adapted_layers=act.adapted_layers(spec, stack),
+        head_coeff=act.head_coefficient(spec, setup, stack),
         casts=mixed_casts + adapter_casts, layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1),
         head_grad=min(head_grad, grads), embed_grad=min(embed_grad, grads),
-        trainable_params=states.trainable_params(spec, stack),
-        grad_hidden=setup.batch_size * setup.seq_len * spec.hidden_size * stack.residual_bytes,
-        notes={
-            "weights": _weights_note(spec, setup, stack),
-            "quantization constants": f"{setup.quant} absmax / double-quant constants (bitsandbytes quantize_4bit)",
-            "adapter weights": f"LoRA A/B, rank {setup.lora_rank}, {stack.adapter_bytes} B per param",
-            "gradients": f"trainable params x {per} B (.grad in the param dtype)",
-            "optimizer state": f"{OPTIMIZERS[setup.optimizer]}: {opt_note}",
-            "optimizer step temporaries": step_note,
-            "autocast weight copies": "bf16 casts of weights saved for backward under autocast",
-            "activations": "tensors autograd saves, all layers (op-level walk, memory-physics §3)",
-            "checkpoints": "gradient checkpointing keeps each layer's input hidden states",
-            "recomputed layer": "one layer's activations rebuilt during backward",
-            "logits and loss": loss.note,
-            "backward temporaries": "one layer's backward: grads of its output and MLP intermediates",
-            "cuBLAS workspace": "cuBLAS/cuBLASLt workspaces, allocated through the caching allocator",
-            "embedding and head activations": "embedding indices, final norm, lm_head input, labels",
-        },
+        trainable_params=states.trainable_params(spec, stack), download=counts.total * 2, params=spec.params,
     )
+    static["notes"] = {
+        "weights": _weights_note(spec, setup, stack),
+        "quantization constants": f"{setup.quant} absmax / double-quant constants (bitsandbytes quantize_4bit)",
+        "adapter weights": f"LoRA A/B, rank {setup.lora_rank}, {stack.adapter_bytes} B per param",
+        "gradients": f"trainable params x {per} B (.grad in the param dtype)",
+        "optimizer state": f"{OPTIMIZERS[setup.optimizer]}: {opt_note}",
+        "optimizer step temporaries": step_note,
+        "autocast weight copies": "bf16 casts of weights saved for backward under autocast",
+        "activations": "tensors autograd saves, all layers (op-level walk, memory-physics §3)",
+        "checkpoints": "gradient checkpointing keeps each layer's input hidden states",
+        "recomputed layer": "one layer's activations rebuilt during backward",
+        "logits and loss": loss_memory(spec, setup, stack).note,
+        "backward temporaries": "one layer's backward: grads of its output and MLP intermediates",
+        "cuBLAS workspace": "cuBLAS/cuBLASLt workspaces, allocated through the caching allocator",
+        "embedding and head activations": "embedding indices, final norm, lm_head input, labels",
+    }
+    static["assumptions"] = tuple(_assumptions(spec, setup, stack, static))
+    return static
+
+
+def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
+    """The parts that grow with batch size and length, from the cached per-token coefficients."""
+    stack = static["stack"]
+    T, s = setup.batch_size * setup.seq_len, setup.seq_len
+    per_token, per_position = static["layer_coeffs"]
+    layer_act = T * (per_token + per_position * s)
+    return dict(static, layer_act=layer_act, all_layers_act=static["adapted_layers"] * layer_act,
+                ckpt=0 if stack.ckpt_offload else act.checkpoint_bytes(spec, setup, stack),
+                loss=loss_memory(spec, setup, stack), head_act=T * static["head_coeff"],
+                temps=act.layer_backward_temp_bytes(spec, setup, stack),
+                grad_hidden=T * spec.hidden_size * stack.residual_bytes)
 
 
 def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dict[str, dict[str, int]]:

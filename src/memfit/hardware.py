@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
+from .data import DATA_DIR
 from .errors import InvalidSetupError, UnknownHardwareError, did_you_mean
 from .units import GiB, parse_size
 
@@ -36,7 +36,7 @@ class Hardware:
 
 @lru_cache(maxsize=1)
 def gpu_catalog() -> tuple[dict, ...]:
-    path = resources.files("memfit") / "data" / "hardware" / "gpus.json"
+    path = DATA_DIR / "hardware" / "gpus.json"
     return tuple(json.loads(path.read_text(encoding="utf-8"))["gpus"])
 
 

@@ -45,6 +45,7 @@ class ParamCounts:
     largest_linear: int      # elements of the largest single weight matrix (dequantization transient)
 
 
+@lru_cache(maxsize=4096)
 def layer_linears(spec: ModelSpec) -> tuple[Linear, ...]:
     """The linear modules of one decoder layer, as transformers names and shapes them."""
     h, qd, kvd, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size

@@ -121,6 +121,12 @@ class TrainingSetup:
     def replace(self, **changes) -> "TrainingSetup":
         return dataclasses.replace(self, **changes)
 
+    def shape_free_key(self) -> tuple:
+        """Every field except batch size and length: what the token-independent parts of an estimate depend on."""
+        return (self.method, self.precision, self.optimizer, self.grad_ckpt, self.attn, self.lora_rank,
+                self.lora_targets, self.lora_dropout, self.quant, self.grad_accum, self.chunked_ce,
+                self.optimizer_in_backward, self.recipe, self.gpus, self.kbit_upcast, self.padding)
+
     @property
     def tokens(self) -> int:
         return self.batch_size * self.seq_len

@@ -108,6 +108,14 @@ class ModelSpec:
     # fields above are 0 ("not known"). estimate() routes such a spec to rule.py.
     rule_params: int | None = None
 
+    def __hash__(self) -> int:
+        # Specs key the estimator's caches; hashing 40 fields on every lookup would dominate a search.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     # ---- derived sizes -------------------------------------------------------------------------------------
     @property
     def q_dim(self) -> int:

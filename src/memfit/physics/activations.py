@@ -18,15 +18,23 @@ from .stack import Stack
 
 
 class _Walk:
-    """Accumulates saved bytes for `tokens` tokens; storages shared by several ops are added once."""
+    """Accumulates saved bytes as two coefficients: bytes per token, and bytes per token per position (the s^2
+    terms of eager attention and padding masks). Storages shared by several ops are added once."""
 
     def __init__(self, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
         self.spec, self.setup, self.st = spec, setup, stack
-        self.T = setup.batch_size * setup.seq_len
-        self.saved = 0
+        self.per_token = 0
+        self.per_token_position = 0
 
-    def add(self, per_token_bytes: float) -> None:
-        self.saved += int(per_token_bytes * self.T)
+    def add(self, per_token_bytes: int) -> None:
+        self.per_token += per_token_bytes
+
+    def add_quadratic(self, per_token_position_bytes: int) -> None:
+        self.per_token_position += per_token_position_bytes
+
+    @property
+    def coefficients(self) -> tuple[int, int]:
+        return self.per_token, self.per_token_position
 
     # -- building blocks ---------------------------------------------------------------------------------------
     def norm(self, width: int, in_bytes: int, trainable: bool) -> int:
@@ -59,7 +67,7 @@ class _Walk:
         `input_saved`: that input is already kept by another op (SDPA's out feeding o_proj)."""
         st, p = self.st, self.setup.lora_dropout
         modules = [m for m in st.lora_modules if set(m.linear.parts) & parts and m.linear.d_in == width]
-        if not modules or not self._layer_has_lora:
+        if not modules:
             return
         ad = st.adapter_bytes
         shared_counted = input_saved
@@ -78,9 +86,8 @@ class _Walk:
                 self.add(width * ad + ad * m.rank)          # per-module cast copy + lora_B input
 
     # -- the layer ---------------------------------------------------------------------------------------------
-    def layer(self, has_lora: bool) -> int:
+    def layer(self) -> tuple[int, int]:
         spec, st, s = self.spec, self.st, self.setup
-        self._layer_has_lora = has_lora
         h, qd, kvd = spec.hidden_size, spec.q_dim, spec.kv_dim
         res, train = st.residual_bytes, st.base_trainable
         # bitsandbytes Linear4bit returns its input's dtype (output.to(inp_dtype)); other linears the compute dtype.
@@ -108,11 +115,11 @@ class _Walk:
             per_score = 4 + ((1 + cmp) if spec.attn_dropout > 0 else (2 if cmp == 2 else 0))
             if spec.attn_logit_softcap:
                 per_score += cmp                       # tanh output saved by the soft-capping
-            self.add(per_score * a * s.seq_len)        # b*a*s^2 = T*a*s
+            self.add_quadratic(per_score * a)          # b*a*s^2 = T*a*s
         else:
             self.add(4 * a)                            # logsumexp, fp32 [b, a, s]
             if s.attn == "sdpa" and s.padding:
-                self.add(cmp * s.seq_len)              # per-layer additive mask (convert_boolean_attn_mask)
+                self.add_quadratic(cmp)                # per-layer additive mask (convert_boolean_attn_mask)
         if s.attn != "eager" or train:
             # SDPA/flash save their output, which is also o_proj's input; eager's output is a fresh
             # transpose(1,2).contiguous() copy that only a trainable o_proj keeps.
@@ -134,7 +141,7 @@ class _Walk:
             self.norm(h, lin_out, train)               # post_feedforward_layernorm
         if spec.resid_dropout > 0:
             self.add(h)
-        return self.saved
+        return self.coefficients
 
     def norm_qk(self, qd: int, kvd: int, cmp: int, train: bool) -> None:
         heads = self.spec.num_heads + self.spec.num_kv_heads
@@ -171,27 +178,42 @@ def _post_norm(spec: ModelSpec) -> bool:
     return spec.model_type == "olmo2"
 
 
-def layer_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, has_lora: bool = True) -> int:
+def layer_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, int]:
+    """(bytes per token, bytes per token per position) one decoder layer saves. Independent of b and s."""
+    return _Walk(spec, setup, stack).layer()
+
+
+def _tokens(setup: TrainingSetup) -> int:
+    return setup.batch_size * setup.seq_len
+
+
+def layer_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """Bytes one decoder layer saves for backward at this batch and length (no checkpointing)."""
-    return _Walk(spec, setup, stack).layer(has_lora)
+    per_token, per_position = layer_coefficients(spec, setup, stack)
+    return _tokens(setup) * (per_token + per_position * setup.seq_len)
+
+
+def adapted_layers(spec: ModelSpec, stack: Stack) -> int:
+    """Layers that save activations. With mlx-lm's adapters on the last N layers only, the frozen prefix saves
+    nothing (no tensor in it requires grad)."""
+    if stack.method == "full":
+        return spec.num_layers
+    return stack.lora_layers
 
 
 def total_layer_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
-    """All layers. With mlx-lm's adapters on the last N layers only, the frozen prefix saves nothing."""
-    if stack.method == "full" or stack.lora_layers == spec.num_layers:
-        return spec.num_layers * layer_activation_bytes(spec, setup, stack)
-    return stack.lora_layers * layer_activation_bytes(spec, setup, stack)
+    return adapted_layers(spec, stack) * layer_activation_bytes(spec, setup, stack)
 
 
 def checkpoint_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """Kept per layer under gradient checkpointing: the layer's input hidden states (section 3.5)."""
-    return setup.batch_size * setup.seq_len * spec.hidden_size * stack.residual_bytes
+    return _tokens(setup) * spec.hidden_size * stack.residual_bytes
 
 
 def layer_backward_temp_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """Transient grads inside one layer's backward: grad of the layer output and of the MLP intermediates
     (about 3 x the intermediate width), or eager attention's score gradients when those are larger."""
-    T = setup.batch_size * setup.seq_len
+    T = _tokens(setup)
     cmp, res = stack.compute_bytes, stack.residual_bytes
     width = (spec.experts_per_token * spec.moe_intermediate_size if spec.is_moe else spec.intermediate_size)
     mlp = T * (3 * width * cmp + 2 * spec.hidden_size * res)
@@ -201,8 +223,9 @@ def layer_backward_temp_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stac
     return max(mlp, attn)
 
 
-def head_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
-    """Saved outside the layers: embedding indices, embedding dropout, final norm, lm_head input, labels."""
+def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
+    """Bytes per token saved outside the layers: embedding indices and dropout, final norm, lm_head input,
+    labels."""
     walk = _Walk(spec, setup, stack)
     train = stack.base_trainable
     if train:
@@ -212,4 +235,8 @@ def head_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -
     walk.norm(spec.hidden_size, stack.residual_bytes, train)
     walk.linear_inputs(spec.hidden_size, stack.residual_bytes, 1)
     walk.add(8)                                        # int64 labels saved by the loss
-    return walk.saved
+    return walk.per_token
+
+
+def head_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
+    return _tokens(setup) * head_coefficient(spec, setup, stack)

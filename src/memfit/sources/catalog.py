@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import resources
+from ..data import DATA_DIR
 
 from ..errors import UnknownModelError, did_you_mean
 from ..spec import ModelSpec
@@ -18,7 +18,7 @@ from ..spec import ModelSpec
 
 @lru_cache(maxsize=1)
 def catalog_entries() -> tuple[dict, ...]:
-    folder = resources.files("memfit") / "data" / "models"
+    folder = DATA_DIR / "models"
     entries = []
     for item in sorted(folder.iterdir(), key=lambda p: p.name):
         if item.name.endswith(".json"):
