@@ -8,6 +8,7 @@ its MLP and norm kind) live in ``FAMILY_TRAITS``; each row cites the transformer
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 
 from .errors import SourceError
@@ -107,6 +108,8 @@ class ModelSpec:
     # A bare size ("7B") has no architecture: only the seed's rule of thumb applies, and the architecture
     # fields above are 0 ("not known"). estimate() routes such a spec to rule.py.
     rule_params: int | None = None
+    # The config.json this spec was read from (sorted JSON): the trace rebuilds the real model from it.
+    hf_config_json: str | None = None
 
     def __hash__(self) -> int:
         # Specs key the estimator's caches; hashing 40 fields on every lookup would dominate a search.
@@ -174,7 +177,8 @@ class ModelSpec:
         kwargs = _READERS.get(model_type, _read_llama_like)(reader, traits)
         kwargs.update(_common_traits(traits, reader))
         kwargs.update(_dtype_and_quant(config))
-        spec = cls(name=name, model_type=model_type, source=source, family=family or model_type, **kwargs)
+        spec = cls(name=name, model_type=model_type, source=source, family=family or model_type,
+                   hf_config_json=json.dumps(config, sort_keys=True), **kwargs)
         spec.validate()
         return spec
 

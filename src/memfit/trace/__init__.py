@@ -1,0 +1,36 @@
+"""memfit trace: measure a real training step of the real model on fake tensors (needs the [trace] extra).
+
+    from memfit.trace import trace
+    measured = trace(spec, setup)      # an Estimate with kind="trace": same components, same counters
+
+No GPU, no weights, no memory: the model is built from its config on the meta device, materialized as fake
+CPU tensors, and run for real training steps under a tracker that counts every live storage.
+"""
+
+from __future__ import annotations
+
+from ..errors import MissingExtraError
+
+INSTALL_HINT = 'pip install "memfit[trace]"  (torch, transformers, peft)'
+
+
+def require_trace_extra() -> None:
+    missing = []
+    for module in ("torch", "transformers", "peft"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise MissingExtraError(f"memfit trace needs {', '.join(missing)}: {INSTALL_HINT}")
+
+
+def trace(spec, setup, steps: int = 2, progress: bool = False):
+    """Trace `steps` optimizer steps and return the peak as an Estimate (kind='trace')."""
+    require_trace_extra()
+    from .measure import trace_fake
+
+    return trace_fake(spec, setup, steps=steps, progress=progress)
+
+
+__all__ = ["INSTALL_HINT", "require_trace_extra", "trace"]

@@ -1,0 +1,154 @@
+"""Build the real transformers (+ PEFT) model for a ModelSpec and TrainingSetup, without weights.
+
+Recipe (research/memory-physics.md §8.2): construct on the meta device in the training dtype, apply PEFT and
+gradient checkpointing there (casting fake parameters later fails: nn.Module._apply swaps FakeTensors), then
+`to_empty` under FakeTensorMode. QLoRA's 4-bit linears cannot wrap fake tensors (bitsandbytes Params4bit), so
+they are replaced by an activation-equivalent function (below) and their storage is accounted in NF4 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..errors import SourceError
+from ..physics.stack import Stack
+from ..setup import TrainingSetup
+from ..spec import ModelSpec
+
+_TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@dataclass
+class Built:
+    model: nn.Module
+    layers: list[nn.Module]
+    quantized: list[nn.Linear]          # QLoRA: the linears that bitsandbytes would hold in 4 bits
+    notes: list[str]
+
+
+def _config(spec: ModelSpec, setup: TrainingSetup):
+    import transformers
+
+    if not spec.hf_config_json:
+        raise SourceError(f"{spec.name}: no config to build the model from (a bare size cannot be traced)")
+    config_dict = json.loads(spec.hf_config_json)
+    try:
+        config = transformers.AutoConfig.for_model(**config_dict)
+    except (ValueError, KeyError) as exc:
+        raise SourceError(f"transformers cannot build model_type {spec.model_type!r} ({exc}); "
+                          f"use `memfit estimate` for the analytic estimate") from None
+    if config_dict.get("auto_map"):
+        raise SourceError(f"{spec.name} needs remote code (auto_map); memfit never runs it: use `memfit estimate`")
+    config.use_cache = False
+    return config
+
+
+def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
+    import transformers
+
+    config = _config(spec, setup)
+    notes: list[str] = []
+    attn = "eager" if setup.attn == "eager" else "sdpa"
+    if setup.attn == "flash":
+        notes.append("flash-attention 2 has no CPU kernel: traced with SDPA, whose CPU flash kernel saves the "
+                     "same tensors (q, k, v, out, logsumexp)")
+    weight_dtype = torch.float32 if stack.weight_bytes == 4 and setup.method != "qlora" else \
+        _TORCH_DTYPES["fp16" if stack.precision.startswith("fp16") else "bf16"]
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=weight_dtype,
+                                                              attn_implementation=attn)
+    model.train()
+    layers = _decoder_layers(model)
+    quantized: list[nn.Linear] = []
+    if setup.method == "qlora":
+        quantized = _fake_4bit_linears(layers)
+        if setup.kbit_upcast:
+            # prepare_model_for_kbit_training: every non-4-bit parameter goes to fp32 (peft utils/other.py).
+            kept = {id(m.weight) for m in quantized}
+            for p in model.parameters():
+                if id(p) not in kept:
+                    p.data = p.data.float()
+    if setup.method in ("lora", "qlora"):
+        for p in model.parameters():
+            p.requires_grad_(False)
+        model = _apply_lora(model, spec, setup, stack)
+    if setup.grad_ckpt:
+        target = model.get_base_model() if hasattr(model, "get_base_model") else model
+        target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        notes.append("gradient checkpointing: non-reentrant (transformers v5 default)")
+    return Built(model=model, layers=layers, quantized=quantized, notes=notes)
+
+
+def _decoder_layers(model: nn.Module) -> list[nn.Module]:
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) and "Layer" in type(module[0]).__name__:
+            return list(module)
+        if isinstance(module, nn.ModuleList) and len(module) and "Block" in type(module[0]).__name__:
+            return list(module)
+    return []
+
+
+def _apply_lora(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
+    from peft import LoraConfig, get_peft_model
+
+    names = sorted({m.linear.name for m in stack.lora_modules})
+    kwargs = {}
+    if stack.lora_layers < spec.num_layers:
+        kwargs["layers_to_transform"] = list(range(spec.num_layers - stack.lora_layers, spec.num_layers))
+    config = LoraConfig(r=setup.lora_rank, lora_alpha=2 * setup.lora_rank, target_modules=names,
+                        lora_dropout=setup.lora_dropout, bias="none", task_type="CAUSAL_LM", **kwargs)
+    return get_peft_model(model, config, autocast_adapter_dtype=stack.adapter_bytes == 4)
+
+
+class _MatMul4bit(torch.autograd.Function):
+    """What bitsandbytes' MatMul4Bit keeps and allocates (bitsandbytes/autograd/_functions.py, >= 0.43.2):
+    the input is cast to the compute dtype, the weight is dequantized into a transient in forward and again in
+    backward, no activation is saved, and the output takes the input's dtype."""
+
+    tracker = None   # set by the step runner so the dequantization transient is counted
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(weight)     # the parameter itself: no new memory
+        ctx.in_dtype = x.dtype
+        _dequant(weight, +1)
+        out = nn.functional.linear(x.to(weight.dtype), weight, bias)
+        _dequant(weight, -1)
+        return out.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (weight,) = ctx.saved_tensors
+        _dequant(weight, +1)
+        grad_x = (grad.to(weight.dtype) @ weight).to(ctx.in_dtype)
+        _dequant(weight, -1)
+        return grad_x, None, None
+
+
+def _dequant(weight: torch.Tensor, sign: int) -> None:
+    tracker = _MatMul4bit.tracker
+    if tracker is not None:
+        nbytes = tracker.rounded(weight.numel() * weight.element_size())
+        (tracker.add_virtual if sign > 0 else tracker.remove_virtual)(nbytes, "temporaries")
+
+
+class _Linear4bitForward:
+    def __init__(self, linear: nn.Linear):
+        self.linear = linear
+
+    def __call__(self, x):
+        return _MatMul4bit.apply(x, self.linear.weight, self.linear.bias)
+
+
+def _fake_4bit_linears(layers: list[nn.Module]) -> list[nn.Linear]:
+    found = []
+    for layer in layers:
+        for module in layer.modules():
+            if type(module) is nn.Linear:
+                module.forward = _Linear4bitForward(module)
+                found.append(module)
+    return found

@@ -1,0 +1,216 @@
+"""Run real training steps of the real model on fake CPU tensors and measure every live byte.
+
+Where CPU kernels differ from CUDA ones we mimic CUDA (each is listed in the measurement's deviations):
+- the optimizer implementation is passed explicitly (CPU defaults to the for-loop AdamW, CUDA to foreach);
+- dropout saves a bool mask as CUDA's native_dropout does, not the CPU path's fp32 noise;
+- bitsandbytes' 8-bit / paged states and its 4-bit storage are added from their real layout (no CPU kernels).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+
+import torch
+from torch import nn
+
+from ..physics import states
+from ..physics.stack import Stack
+from ..setup import TrainingSetup
+from ..spec import ModelSpec
+from .build import Built, _MatMul4bit
+from .tracker import PeakTracker
+
+BNB_OPTIMIZERS = ("adamw-bnb", "adamw-8bit", "paged-adamw", "paged-adamw-8bit")
+
+
+def _cuda_like_dropout(x, p=0.5, training=True, inplace=False):
+    """native_dropout on CUDA: keeps a bool mask (1 B/element) and the scaled output."""
+    if not training or p == 0.0:
+        return x
+    mask = torch.empty(x.shape, dtype=torch.bool, device=x.device).bernoulli_(1.0 - p)
+    return x * mask * (1.0 / (1.0 - p))
+
+
+def make_optimizer(params: list, setup: TrainingSetup):
+    opt = setup.optimizer
+    if opt == "adamw":
+        return torch.optim.AdamW(params, lr=1e-5, foreach=True)
+    if opt == "adamw-fused":
+        return torch.optim.AdamW(params, lr=1e-5, fused=True)
+    if opt == "adamw-loop":
+        return torch.optim.AdamW(params, lr=1e-5, foreach=False)
+    if opt == "sgd":
+        return torch.optim.SGD(params, lr=1e-5, momentum=0.9, foreach=True)
+    if opt == "adafactor":
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=None, relative_step=True, scale_parameter=True, warmup_init=False)
+    # bitsandbytes: a step that allocates nothing; its state is added from its real layout.
+    return torch.optim.SGD(params, lr=1e-5, foreach=False)
+
+
+class _Progress:
+    """A progress line on stderr for traces that take more than a few seconds."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.enabled, self.start = total, 0, enabled, time.perf_counter()
+
+    def tick(self, label: str) -> None:
+        self.done += 1
+        if self.enabled and time.perf_counter() - self.start > 2.0:
+            width = 24
+            filled = int(width * self.done / self.total)
+            print(f"\rtrace [{'#' * filled}{'.' * (width - filled)}] {label:<28}", end="", file=sys.stderr,
+                  flush=True)
+
+    def close(self) -> None:
+        if self.enabled and time.perf_counter() - self.start > 2.0:
+            print(file=sys.stderr)
+
+
+def run_steps(spec: ModelSpec, setup: TrainingSetup, stack: Stack, built: Built, tracker: PeakTracker,
+              steps: int = 2, progress: bool = False) -> dict:
+    """Two optimizer steps (the first allocates the state lazily); micro-batches for gradient accumulation."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model = built.model
+    micro = min(setup.grad_accum, 2)            # the pattern repeats after the second micro-batch
+    bar = _Progress(steps * micro * 2 + steps, progress)
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake:
+        model.to_empty(device="cpu")
+        # to_empty materializes each module's parameter separately, which unties tied embeddings.
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        if getattr(base.config, "tie_word_embeddings", False):
+            base.tie_weights()
+    params = list(model.parameters())
+    quantized = {id(m.weight): m for m in built.quantized}
+    accounted: list[str] = []
+    # Weights: 4-bit linears at their NF4 size, everything else as stored.
+    for p in params:
+        if id(p) in quantized:
+            data, consts = states.quant_storage_bytes(p.numel(), setup.quant, p.shape[0])
+            tracker.add(p, "weights", nbytes=data)
+            tracker.add_virtual(tracker.rounded(consts), "weights")
+        else:
+            tracker.add(p, "weights")
+    for b in model.buffers():
+        tracker.add(b, "weights")
+    if built.quantized:
+        accounted.append(f"4-bit storage of {len(built.quantized)} linears ({setup.quant}: packed data + "
+                         f"constants) and their dequantization transients")
+    trainable = [p for p in params if p.requires_grad]
+    for p in trainable:
+        p.register_post_accumulate_grad_hook(lambda p: tracker.retag(p.grad, "gradients"))
+    _hooks(model, built, tracker)
+    autocast = (torch.autocast("cpu", dtype=torch.float16 if stack.precision.startswith("fp16") else torch.bfloat16)
+                if stack.autocast else contextlib.nullcontext())
+    bnb_state = 0
+    if setup.optimizer in BNB_OPTIMIZERS:
+        bnb_state, paged, _ = states.optimizer_state_bytes(spec, setup, stack)
+        accounted.append(f"bitsandbytes {setup.optimizer} state from its layout ({bnb_state:,} B on the device"
+                         + (f", {paged:,} B paged" if paged else "") + ")")
+    _MatMul4bit.tracker = tracker
+    original_dropout = nn.functional.dropout
+    nn.functional.dropout = _cuda_like_dropout
+    restore_masking = _real_run_masking(setup)
+    try:
+        with fake, tracker:
+            optimizer = make_optimizer(trainable, setup)
+            ids = torch.randint(0, spec.vocab_size, (setup.batch_size, setup.seq_len))
+            tracker.add(ids, "inputs")
+            inputs = {"input_ids": ids, "labels": ids}
+            if setup.padding:
+                mask = torch.ones_like(ids)
+                mask[:, 0] = 0                   # one padded position per row: HF must build the mask
+                tracker.add(mask, "inputs")
+                inputs["attention_mask"] = mask
+            for step in range(steps):
+                for _ in range(micro):
+                    tracker.phase, tracker.default_category, tracker.where = "forward", "activations", ""
+                    with autocast:
+                        out = model(**inputs)
+                    loss = out.loss
+                    if stack.fp32_logits_copy:
+                        logits32 = out.logits.float()   # accelerate convert_outputs_to_fp32
+                        del logits32
+                    del out                            # Trainer keeps only the loss
+                    bar.tick(f"step {step + 1} forward")
+                    # Until the lm_head's backward, what backward allocates is the cross-entropy's.
+                    tracker.phase, tracker.default_category, tracker.where = "backward", "logits and loss", \
+                        "cross-entropy"
+                    (loss / micro).backward()
+                    del loss
+                    bar.tick(f"step {step + 1} backward")
+                tracker.phase, tracker.where = "optimizer step", ""
+                if step == 0 and bnb_state:
+                    tracker.add_virtual(tracker.rounded(bnb_state), "optimizer state")
+                optimizer.step()
+                for state in optimizer.state.values():
+                    for value in state.values():
+                        if isinstance(value, torch.Tensor):
+                            tracker.retag(value, "optimizer state")
+                optimizer.zero_grad(set_to_none=True)
+                bar.tick(f"step {step + 1} optimizer")
+    finally:
+        restore_masking()
+        nn.functional.dropout = original_dropout
+        _MatMul4bit.tracker = None
+        bar.close()
+    return {"accounted": accounted}
+
+
+def _real_run_masking(setup: TrainingSetup):
+    """transformers never skips the causal mask while a position tensor is a FakeTensor ("tracing"), and cannot
+    read a fake padding mask; a real CUDA run decides from the data (masking_utils._ignore_causal_mask_sdpa).
+    Give the real run's answer: our batches have padding exactly when setup.padding, so the mask is skipped
+    (SDPA is_causal=True, no mask tensor) unless there is padding or a sliding window shorter than the input."""
+    from transformers import masking_utils
+
+    original = masking_utils._ignore_causal_mask_sdpa
+
+    def real_run_answer(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
+        if padding_mask is not None and setup.padding:
+            return False
+        if local_attention_size is not None and kv_length >= local_attention_size:
+            return False
+        return q_length == 1 or kv_length == q_length
+
+    original_packed = masking_utils.find_packed_sequence_indices
+    masking_utils._ignore_causal_mask_sdpa = real_run_answer
+    # Our position ids are a plain arange (no packed sequences): the real run finds none.
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+
+    def restore():
+        masking_utils._ignore_causal_mask_sdpa = original
+        masking_utils.find_packed_sequence_indices = original_packed
+    return restore
+
+
+def _hooks(model: nn.Module, built: Built, tracker: PeakTracker) -> None:
+    """Name the module the peak happens in; route the lm_head output and the loss to 'logits and loss'."""
+    for index, layer in enumerate(built.layers):
+        def pre(module, args, index=index):
+            tracker.where = f"layer {index}"
+        layer.register_forward_pre_hook(pre)
+
+        def back_pre(module, grad_output, index=index):
+            tracker.where = f"layer {index}"
+        layer.register_full_backward_pre_hook(back_pre)
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None:
+        def head_pre(module, args):
+            tracker.where = "lm_head"
+
+        def head_post(module, args, output):
+            tracker.retag(output, "logits and loss")
+            tracker.phase, tracker.default_category, tracker.where = "loss", "logits and loss", "cross-entropy"
+        head.register_forward_pre_hook(head_pre)
+        head.register_forward_hook(head_post)
+
+        def head_back(module, grad_output):
+            tracker.where, tracker.default_category = "lm_head", "temporaries"
+        head.register_full_backward_pre_hook(head_back)
