@@ -70,26 +70,26 @@ class _Progress:
             print(file=sys.stderr)
 
 
-def run_steps(spec: ModelSpec, setup: TrainingSetup, stack: Stack, built: Built, tracker: PeakTracker,
-              steps: int = 2, progress: bool = False) -> dict:
-    """Two optimizer steps (the first allocates the state lazily); micro-batches for gradient accumulation."""
+def materialize(built: Built, fake: bool = True):
+    """Give the meta-device model storage: fake CPU tensors (the trace) or real ones (the tests' oracle).
+    Returns the FakeTensorMode (or a null context) the steps must run under."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     model = built.model
-    micro = min(setup.grad_accum, 2)            # the pattern repeats after the second micro-batch
-    bar = _Progress(steps * micro * 2 + steps, progress)
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with fake:
+    with mode:
         model.to_empty(device="cpu")
         # to_empty materializes each module's parameter separately, which unties tied embeddings.
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         if getattr(base.config, "tie_word_embeddings", False):
             base.tie_weights()
-    params = list(model.parameters())
-    quantized = {id(m.weight): m for m in built.quantized}
-    accounted: list[str] = []
-    # Weights: 4-bit linears at their NF4 size, everything else as stored.
-    for p in params:
+    return mode
+
+
+def track_weights(model: nn.Module, built: Built, setup: TrainingSetup, tracker: PeakTracker) -> list[str]:
+    """Weights and buffers; 4-bit linears at their NF4 size plus their constants."""
+    quantized = {id(m.weight) for m in built.quantized}
+    for p in model.parameters():
         if id(p) in quantized:
             data, consts = states.quant_storage_bytes(p.numel(), setup.quant, p.shape[0])
             tracker.add(p, "weights", nbytes=data)
@@ -98,66 +98,101 @@ def run_steps(spec: ModelSpec, setup: TrainingSetup, stack: Stack, built: Built,
             tracker.add(p, "weights")
     for b in model.buffers():
         tracker.add(b, "weights")
-    if built.quantized:
-        accounted.append(f"4-bit storage of {len(built.quantized)} linears ({setup.quant}: packed data + "
-                         f"constants) and their dequantization transients")
-    trainable = [p for p in params if p.requires_grad]
-    for p in trainable:
-        p.register_post_accumulate_grad_hook(lambda p: tracker.retag(p.grad, "gradients"))
-    _hooks(model, built, tracker)
-    autocast = (torch.autocast("cpu", dtype=torch.float16 if stack.precision.startswith("fp16") else torch.bfloat16)
-                if stack.autocast else contextlib.nullcontext())
-    bnb_state = 0
-    if setup.optimizer in BNB_OPTIMIZERS:
-        bnb_state, paged, _ = states.optimizer_state_bytes(spec, setup, stack)
-        accounted.append(f"bitsandbytes {setup.optimizer} state from its layout ({bnb_state:,} B on the device"
-                         + (f", {paged:,} B paged" if paged else "") + ")")
+    if not built.quantized:
+        return []
+    return [f"4-bit storage of {len(built.quantized)} linears ({setup.quant}: packed data + constants) and "
+            f"their dequantization transients"]
+
+
+@contextlib.contextmanager
+def cuda_like_kernels(setup: TrainingSetup, tracker: PeakTracker | None):
+    """Dropout with a bool mask, the real run's causal-mask decision, bitsandbytes' dequantization transient."""
     _MatMul4bit.tracker = tracker
     original_dropout = nn.functional.dropout
     nn.functional.dropout = _cuda_like_dropout
     restore_masking = _real_run_masking(setup)
     try:
-        with fake, tracker:
-            optimizer = make_optimizer(trainable, setup)
-            ids = torch.randint(0, spec.vocab_size, (setup.batch_size, setup.seq_len))
-            tracker.add(ids, "inputs")
-            inputs = {"input_ids": ids, "labels": ids}
-            if setup.padding:
-                mask = torch.ones_like(ids)
-                mask[:, 0] = 0                   # one padded position per row: HF must build the mask
-                tracker.add(mask, "inputs")
-                inputs["attention_mask"] = mask
-            for step in range(steps):
-                for _ in range(micro):
-                    tracker.phase, tracker.default_category, tracker.where = "forward", "activations", ""
-                    with autocast:
-                        out = model(**inputs)
-                    loss = out.loss
-                    if stack.fp32_logits_copy:
-                        logits32 = out.logits.float()   # accelerate convert_outputs_to_fp32
-                        del logits32
-                    del out                            # Trainer keeps only the loss
-                    bar.tick(f"step {step + 1} forward")
-                    # Until the lm_head's backward, what backward allocates is the cross-entropy's.
-                    tracker.phase, tracker.default_category, tracker.where = "backward", "logits and loss", \
-                        "cross-entropy"
-                    (loss / micro).backward()
-                    del loss
-                    bar.tick(f"step {step + 1} backward")
-                tracker.phase, tracker.where = "optimizer step", ""
-                if step == 0 and bnb_state:
-                    tracker.add_virtual(tracker.rounded(bnb_state), "optimizer state")
-                optimizer.step()
-                for state in optimizer.state.values():
-                    for value in state.values():
-                        if isinstance(value, torch.Tensor):
-                            tracker.retag(value, "optimizer state")
-                optimizer.zero_grad(set_to_none=True)
-                bar.tick(f"step {step + 1} optimizer")
+        yield
     finally:
         restore_masking()
         nn.functional.dropout = original_dropout
         _MatMul4bit.tracker = None
+
+
+def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
+    ids = torch.randint(0, spec.vocab_size, (setup.batch_size, setup.seq_len))
+    inputs = {"input_ids": ids, "labels": ids}
+    if setup.padding:
+        mask = torch.ones_like(ids)
+        mask[:, 0] = 0                           # one padded position per row: HF must build the mask
+        inputs["attention_mask"] = mask
+    return inputs
+
+
+def train_step(model: nn.Module, optimizer, inputs: dict, stack: Stack, micro: int, tracker: PeakTracker,
+               on_first_step=None, bar: "_Progress | None" = None) -> None:
+    """One optimizer step as HF Trainer runs it: `micro` forward/backward passes, step, zero_grad(None)."""
+    autocast = (torch.autocast("cpu", dtype=torch.float16 if stack.precision.startswith("fp16") else torch.bfloat16)
+                if stack.autocast else contextlib.nullcontext())
+    for _ in range(micro):
+        tracker.phase, tracker.default_category, tracker.where = "forward", "activations", ""
+        with autocast:
+            out = model(**inputs)
+        loss = out.loss
+        if stack.fp32_logits_copy:
+            logits32 = out.logits.float()       # accelerate convert_outputs_to_fp32
+            del logits32
+        del out                                 # Trainer keeps only the loss
+        if bar:
+            bar.tick("forward")
+        # Until the lm_head's backward, what backward allocates is the cross-entropy's.
+        tracker.phase, tracker.default_category, tracker.where = "backward", "logits and loss", "cross-entropy"
+        (loss / micro).backward()
+        del loss
+        if bar:
+            bar.tick("backward")
+    tracker.phase, tracker.where = "optimizer step", ""
+    if on_first_step:
+        on_first_step()
+    optimizer.step()
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                tracker.retag(value, "optimizer state")
+    optimizer.zero_grad(set_to_none=True)
+    if bar:
+        bar.tick("optimizer step")
+
+
+def run_steps(spec: ModelSpec, setup: TrainingSetup, stack: Stack, built: Built, tracker: PeakTracker,
+              steps: int = 2, progress: bool = False) -> dict:
+    """Two optimizer steps on fake tensors (the first allocates the optimizer state lazily); two micro-batches
+    per step with gradient accumulation (the pattern repeats after the second)."""
+    model = built.model
+    micro = min(setup.grad_accum, 2)
+    bar = _Progress(steps * (micro * 2 + 1), progress)
+    fake = materialize(built, fake=True)
+    accounted = track_weights(model, built, setup, tracker)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for p in trainable:
+        p.register_post_accumulate_grad_hook(lambda p: tracker.retag(p.grad, "gradients"))
+    install_hooks(model, built, tracker)
+    bnb_state = 0
+    if setup.optimizer in BNB_OPTIMIZERS:
+        bnb_state, paged, _ = states.optimizer_state_bytes(spec, setup, stack)
+        accounted.append(f"bitsandbytes {setup.optimizer} state from its layout ({bnb_state:,} B on the device"
+                         + (f", {paged:,} B paged" if paged else "") + ")")
+    try:
+        with cuda_like_kernels(setup, tracker), fake, tracker:
+            optimizer = make_optimizer(trainable, setup)
+            inputs = make_inputs(spec, setup)
+            for t in inputs.values():
+                tracker.add(t, "inputs")
+            for step in range(steps):
+                first = (lambda: tracker.add_virtual(tracker.rounded(bnb_state), "optimizer state")) \
+                    if step == 0 and bnb_state else None
+                train_step(model, optimizer, inputs, stack, micro, tracker, on_first_step=first, bar=bar)
+    finally:
         bar.close()
     return {"accounted": accounted}
 
@@ -189,7 +224,7 @@ def _real_run_masking(setup: TrainingSetup):
     return restore
 
 
-def _hooks(model: nn.Module, built: Built, tracker: PeakTracker) -> None:
+def install_hooks(model: nn.Module, built: Built, tracker: PeakTracker) -> None:
     """Name the module the peak happens in; route the lm_head output and the loss to 'logits and loss'."""
     for index, layer in enumerate(built.layers):
         def pre(module, args, index=index):
