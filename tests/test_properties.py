@@ -91,7 +91,10 @@ def test_checkpointing_never_raises_memory(spec, method, batch, length, kw):
 def test_eager_costs_more_than_sdpa_at_long_length(spec, method, length):
     sdpa = estimate(spec, TrainingSetup(method=method, seq_len=length, attn="sdpa"))
     eager = estimate(spec, TrainingSetup(method=method, seq_len=length, attn="eager"))
-    assert eager.peak_allocated_bytes > sdpa.peak_allocated_bytes
+    if spec.sdpa_supported:
+        assert eager.peak_allocated_bytes > sdpa.peak_allocated_bytes
+    else:   # Gemma 2 runs eager attention whatever is asked
+        assert eager.peak_allocated_bytes == sdpa.peak_allocated_bytes
 
 
 @settings(max_examples=150, deadline=None)

@@ -89,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_hardware_args(p)
     add_format(p)
 
+    p = sub.add_parser("trace", help="measure a real training step on fake tensors (or a real GPU)")
+    p.add_argument("model")
+    add_setup_args(p)
+    add_hardware_args(p)
+    p.add_argument("--compare", action="store_true", help="show the analytic estimate beside the trace")
+    p.add_argument("--device", choices=["fake", "cuda"], default="fake",
+                   help="fake: fake CPU tensors, no GPU needed (default); cuda: a real run with random weights")
+    p.add_argument("--steps", type=_int, default=2, help="optimizer steps to run (at least 2)")
+    add_format(p)
+
     p = sub.add_parser("explain", help="walk through the bytes per weight and every phase of the step")
     p.add_argument("model")
     add_setup_args(p)
@@ -153,6 +163,41 @@ def cmd_estimate(args) -> str:
     return render_estimate(est, ver, explicit)
 
 
+def cmd_trace(args) -> str:
+    from .render.jsonout import dumps, estimate_dict
+    from .render.text import render_compare, render_estimate
+    from .sources import load_model
+    from .trace import require_trace_extra
+    from .verdict import verdict
+
+    require_trace_extra()
+    hardware = hardware_from_args(args)
+    spec = load_model(args.model)
+    setup, explicit = setup_from_args(args, spec)
+    if args.device == "cuda":
+        from .trace.cuda import trace_cuda
+
+        measured = trace_cuda(spec, setup, steps=args.steps)
+    else:
+        from .trace import trace
+
+        measured = trace(spec, setup, steps=args.steps, progress=args.format == "text")
+    ver = verdict(measured, hardware) if hardware else None
+    rows = None
+    if args.compare:
+        from .estimator import estimate
+        from .trace.measure import compare
+
+        rows = compare(estimate(spec, setup), measured)
+    if args.format == "json":
+        extra = {"trace": measured.extra}
+        if rows is not None:
+            extra["compare"] = rows
+        return dumps(estimate_dict(measured, ver, extra))
+    text = render_estimate(measured, ver, explicit)
+    return text + ("\n\n" + render_compare(rows) if rows is not None else "")
+
+
 def cmd_explain(args) -> str:
     from .explain import explain
     from .render.jsonout import dumps
@@ -182,7 +227,7 @@ def cmd_rule(args) -> str:
     return render_rule(args.format)
 
 
-COMMANDS = {"estimate": cmd_estimate, "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus,
+COMMANDS = {"estimate": cmd_estimate, "trace": cmd_trace, "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus,
             "rule": cmd_rule}
 
 

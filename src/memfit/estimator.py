@@ -217,7 +217,7 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
     out.append(f"recipe {setup.recipe}: {stack.precision} weights, "
                f"{'autocast bf16' if stack.autocast else 'no autocast'}, optimizer {setup.optimizer}, "
                f"{'gradient checkpointing' if setup.grad_ckpt else 'no gradient checkpointing'}, "
-               f"attention {setup.attn}")
+               f"attention {stack.attn}")
     if setup.method in ("lora", "qlora"):
         names = ",".join(sorted({m.linear.name for m in stack.lora_modules}))
         out.append(f"LoRA rank {setup.lora_rank} on {names} in {stack.lora_layers} of {spec.num_layers} layers, "

@@ -33,7 +33,7 @@ FAMILY_TRAITS: dict[str, dict] = {
     "gemma": dict(mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma",
                   names=_LLAMA_NAMES, embed_scale=True, tied_default=True),
     "gemma2": dict(mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma", norms=4,
-                   names=_LLAMA_NAMES, embed_scale=True, tied_default=True),
+                   names=_LLAMA_NAMES, embed_scale=True, tied_default=True, sdpa=False),
     "gemma3_text": dict(mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma", norms=4,
                         names=_LLAMA_NAMES, embed_scale=True, tied_default=True, qk_norm="head"),
     "phi3": dict(mlp="gated", act="silu", norm="rmsnorm", fused_qkv=True, fused_gate_up=True,
@@ -48,7 +48,9 @@ FAMILY_TRAITS: dict[str, dict] = {
     "gpt_neox": dict(mlp="plain", act="gelu", norm="layernorm", all_bias=True, fused_qkv=True, names=_NEOX_NAMES),
     "falcon": dict(mlp="plain", act="gelu", norm="layernorm", fused_qkv=True, tied_default=True, names=_NEOX_NAMES),
     "stablelm": dict(mlp="gated", act="silu", norm="layernorm", names=_LLAMA_NAMES),
-    "olmo2": dict(mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, qk_norm="full", post_norm=True),
+    # OLMo 2's RMSNorm multiplies the weight in fp32 before casting back: "gemma" style (modeling_olmo2.py).
+    "olmo2": dict(mlp="gated", act="silu", norm="rmsnorm", norm_style="gemma", names=_LLAMA_NAMES, qk_norm="full",
+                  post_norm=True),
 }
 
 # Activations written in Python by transformers save more tensors than a fused kernel. NewGELUActivation
@@ -80,6 +82,10 @@ class ModelSpec:
     norms_per_layer: int = 2
     qk_norm: str = "none"                      # "none" | "head" (over head_dim) | "full" (over all heads)
     parallel_attn_mlp: bool = False            # attention and MLP read the same normed input (Phi-2, Falcon)
+    # Falcon-7B passes 1 K/V head and 71 query heads to SDPA without enable_gqa: no fused kernel accepts that,
+    # so SDPA takes the math path (s x s scores) on CUDA too (modeling_falcon.py FalconAttention.forward).
+    attn_kv_broadcast: bool = False
+    sdpa_supported: bool = True                # Gemma 2: transformers refuses SDPA (soft-capping), runs eager
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -333,6 +339,7 @@ def _read_falcon(r: _ConfigReader, traits: dict) -> dict:
         tied_embeddings=r.bool("tie_word_embeddings", True),
         qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm_bias=True,
         parallel_attn_mlp=r.bool("parallel_attn", True),
+        attn_kv_broadcast=not new_arch and kv_heads != heads,
         # new_decoder_architecture (40B/180B) has two layer norms (ln_attn, ln_mlp); 7B has one.
         norms_per_layer=2 if new_arch or not r.bool("parallel_attn", True) else 1,
         resid_dropout=r.float("hidden_dropout", 0.0) or 0.0, attn_dropout=r.float("attention_dropout", 0.0) or 0.0,
@@ -363,6 +370,7 @@ def _common_traits(traits: dict, r: _ConfigReader) -> dict:
         fused_gate_up=traits.get("fused_gate_up", False),
         embed_scale=traits.get("embed_scale", False),
         lm_head_bias=traits.get("lm_head_bias", False),
+        sdpa_supported=traits.get("sdpa", True),
     )
     if "act" in traits and r.config.get("model_type") not in ("gpt2", "gpt_neox", "phi"):
         act = r.config.get("hidden_activation") or r.config.get("hidden_act") or traits["act"]

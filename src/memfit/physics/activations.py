@@ -37,16 +37,20 @@ class _Walk:
         return self.per_token, self.per_token_position
 
     # -- building blocks ---------------------------------------------------------------------------------------
-    def norm(self, width: int, in_bytes: int, trainable: bool) -> int:
-        """Saves of one norm over `width` features; returns the dtype bytes of its output."""
+    def norm(self, width: int, in_bytes: int, trainable: bool, input_shared: bool = False) -> int:
+        """Saves of one norm over `width` features; returns the dtype bytes of its output.
+        `input_shared`: another norm already saves this very input tensor (GPT-NeoX's two parallel norms)."""
         spec, st = self.spec, self.st
         if st.fused_norm:
-            self.add(width * in_bytes + 4)             # fused kernel: input + rstd
+            self.add((0 if input_shared else width * in_bytes) + 4)   # fused kernel: input + rstd
         elif spec.norm_kind == "layernorm":
-            # aten native_layer_norm saves input, mean, rstd; under autocast it runs in fp32 (new copy).
-            self.add(width * (4 if st.autocast else in_bytes) + 8)
+            # aten native_layer_norm saves input, mean, rstd (fp32 on CUDA); under autocast it runs in fp32,
+            # on a new fp32 copy of a 16-bit input.
+            copy = st.autocast and in_bytes != 4
+            self.add((0 if input_shared and not copy else width * (4 if st.autocast else in_bytes)) + 8)
         else:
-            self.add(width * 4 + 4)                    # x.float() (or x itself when fp32) and rsqrt
+            # x.float() (a copy of a 16-bit input, the input itself when fp32) and rsqrt
+            self.add((0 if input_shared and in_bytes == 4 else width * 4) + 4)
             if trainable:
                 # Llama: weight * x_norm.to(input_dtype) saves x_norm in the input dtype;
                 # Gemma: (x_norm * (1 + w.float())) in fp32 saves x_norm in fp32.
@@ -94,6 +98,7 @@ class _Walk:
         lin_out = res if st.method == "qlora" else st.compute_bytes
         cmp = 2 if st.autocast else lin_out          # dtype attention runs in (autocast casts q/k/v)
         a = spec.num_heads
+        attn = st.attn
 
         x = self.norm(h, res, train) if not _post_norm(spec) else res
         attn_in_consumers = 1 if spec.fused_qkv else 3
@@ -106,10 +111,22 @@ class _Walk:
         # q/k norms (Qwen3, Gemma 3, OLMo 2) then rotary: q_embed and k_embed are new tensors SDPA saves.
         if spec.qk_norm != "none":
             self.norm_qk(qd, kvd, cmp, train)
-        repeat_kv = s.attn == "eager" or (s.attn == "sdpa" and s.padding)
+        repeat_kv = attn == "eager" or (attn == "sdpa" and s.padding)
         k_saved = qd if repeat_kv else kvd
-        self.add(cmp * (qd + 2 * k_saved))             # q, k, v as the attention kernel saves them
-        if s.attn == "eager":
+        math_sdpa = attn != "eager" and spec.attn_kv_broadcast
+        if math_sdpa:
+            # SDPA's math path: scaled q, broadcast-expanded k^T and v (bmm inputs), the softmax output.
+            self.add(cmp * 3 * qd)
+            self.add_quadratic(cmp * a)
+        else:
+            self.add(cmp * (qd + 2 * k_saved))         # q, k, v as the attention kernel saves them
+            if spec.fused_qkv and spec.position_embeddings == 0 and not repeat_kv:
+                # Rotary makes q and k new tensors, but v stays a view of the fused qkv output, and a saved view
+                # keeps its whole storage alive (GPT-NeoX query_key_value, Phi-3 qkv_proj).
+                self.add(cmp * (qd + kvd))
+        if math_sdpa:
+            pass
+        elif attn == "eager":
             # fp32 softmax, plus its cast to the compute dtype (a no-op in fp32); with dropout the cast is
             # replaced by a bool mask and the dropout output.
             per_score = 4 + ((1 + cmp) if spec.attn_dropout > 0 else (2 if cmp == 2 else 0))
@@ -118,13 +135,20 @@ class _Walk:
             self.add_quadratic(per_score * a)          # b*a*s^2 = T*a*s
         else:
             self.add(4 * a)                            # logsumexp, fp32 [b, a, s]
-            if s.attn == "sdpa" and s.padding:
+            if attn == "sdpa" and s.padding:
                 self.add_quadratic(cmp)                # per-layer additive mask (convert_boolean_attn_mask)
-        if s.attn != "eager" or train:
-            # SDPA/flash save their output, which is also o_proj's input; eager's output is a fresh
-            # transpose(1,2).contiguous() copy that only a trainable o_proj keeps.
+        if attn != "eager" and not math_sdpa:
+            self.add(cmp * qd)                         # the kernel's saved output
+        # o_proj reads transpose(1,2).contiguous() of the attention output. It is a no-op when q kept the
+        # [b, s, a, d] layout of the q_proj output. Eager and math attention, partial rotary (torch.cat) and rotary
+        # on a slice of a fused qkv output (not dense, so the result is laid out head-major) make q head-major;
+        # the flash output follows q's layout, and the contiguous() is then a copy a trainable o_proj keeps.
+        rotary = spec.position_embeddings == 0
+        o_input_copied = (attn == "eager" or math_sdpa or spec.partial_rotary_factor < 1.0
+                          or (spec.fused_qkv and rotary))
+        if o_input_copied and train:
             self.add(cmp * qd)
-        self.lora({"o"}, qd, cmp, input_saved=s.attn != "eager")
+        self.lora({"o"}, qd, cmp, input_saved=not o_input_copied)
         if spec.resid_dropout > 0:
             self.add(h)                                # bool dropout mask on CUDA
 
@@ -133,7 +157,8 @@ class _Walk:
         if spec.norms_per_layer == 4:
             self.norm(h, lin_out, train)               # Gemma 2/3 post_attention_layernorm
         if not mlp_shares_input:
-            y = self.norm(h, res, train) if not _post_norm(spec) else res
+            # GPT-NeoX's parallel residual: both norms read the same layer input.
+            y = self.norm(h, res, train, input_shared=spec.parallel_attn_mlp) if not _post_norm(spec) else res
             self.linear_inputs(h, y, 1 if spec.fused_gate_up or spec.mlp_kind == "plain" else 2)
             self.lora({"gate", "up"}, h, y)
         self.mlp(lin_out, train)
@@ -144,8 +169,9 @@ class _Walk:
         return self.coefficients
 
     def norm_qk(self, qd: int, kvd: int, cmp: int, train: bool) -> None:
-        heads = self.spec.num_heads + self.spec.num_kv_heads
-        self.add(4 * (qd + kvd) + 4 * heads)           # fp32 copies + rsqrt per head
+        # rsqrt per head (Qwen 3, Gemma 3 normalize each head) or per token (OLMo 2 normalizes all heads at once)
+        rows = self.spec.num_heads + self.spec.num_kv_heads if self.spec.qk_norm == "head" else 2
+        self.add(4 * (qd + kvd) + 4 * rows)            # fp32 copies + rsqrt
         if train:
             self.add((4 if self.spec.norm_style == "gemma" else cmp) * (qd + kvd))
 
@@ -218,7 +244,7 @@ def layer_backward_temp_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stac
     width = (spec.experts_per_token * spec.moe_intermediate_size if spec.is_moe else spec.intermediate_size)
     mlp = T * (3 * width * cmp + 2 * spec.hidden_size * res)
     attn = 0
-    if setup.attn == "eager":
+    if stack.attn == "eager":
         attn = 10 * T * spec.num_heads * setup.seq_len   # grad of probs (bf16), its fp32 upcast, softmax grad
     return max(mlp, attn)
 

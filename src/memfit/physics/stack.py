@@ -44,6 +44,7 @@ class Stack:
     ckpt_offload: bool
     kbit_upcast: bool
     precision: str             # resolved (never "auto")
+    attn: str                  # the attention path transformers really takes
     notes: tuple[str, ...]
 
 
@@ -91,6 +92,11 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
         if spec.is_moe and targets & {"gate", "up", "down"}:
             notes.append("MoE experts are stacked 3-D parameters in transformers v5, not nn.Linear: LoRA "
                          "targets only attention (and shared-expert) linears")
+    attn = setup.attn
+    if attn == "sdpa" and not spec.sdpa_supported:
+        attn = "eager"
+        notes.append(f"{spec.model_type} has no SDPA path in transformers (attention soft-capping): it runs eager "
+                     f"attention, which keeps the s x s scores")
     lora_layers = spec.num_layers
     if recipe.lora_layers and setup.method != "full":
         lora_layers = min(recipe.lora_layers, spec.num_layers)
@@ -100,4 +106,4 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                  loss_kind=loss_kind, fp32_logits_copy=recipe.fp32_logits_copy and autocast,
                  logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,
                  ckpt_offload=recipe.ckpt_offload and setup.grad_ckpt, kbit_upcast=setup.kbit_upcast,
-                 precision=precision, notes=tuple(notes))
+                 precision=precision, attn=attn, notes=tuple(notes))

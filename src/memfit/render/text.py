@@ -42,6 +42,12 @@ def render_estimate(est: Estimate, verdict: Verdict | None = None, explicit: fro
         lines.append("       (* = default of the recipe; change it with its flag)")
     if est.kind == "rule-of-thumb":
         lines.append("RULE OF THUMB ONLY: no architecture known; name a model for an architecture-aware estimate")
+    if est.kind == "trace":
+        lines.append(f"TRACED: {est.extra.get('traced')} in {est.extra.get('wall_s')} s")
+        for line in est.extra.get("accounted", []):
+            lines.append(f"  accounted, not traced: {line}")
+    if est.kind == "cuda":
+        lines.append(f"MEASURED on {est.extra.get('gpu')} (torch {est.extra.get('torch')}), random weights")
     lines.append("")
     total = est.device_bytes
     width = max(len(c.name) for c in est.components)
@@ -79,4 +85,12 @@ def render_verdict(v: Verdict) -> str:
         tail = f" ({gib(v.margin_bytes)} spare)"
     lines = [head + tail, f"  usable memory: {hw.source}"]
     lines += [f"  note: {n}" for n in hw.notes]
+    return "\n".join(lines)
+
+
+def render_compare(rows: list[dict]) -> str:
+    lines = ["estimate vs trace:", f"  {'component':<20} {'estimate':>11} {'trace':>11} {'ratio':>7}"]
+    for r in rows:
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        lines.append(f"  {r['component']:<20} {gib(r['estimate_bytes']):>11} {gib(r['trace_bytes']):>11} {ratio:>7}")
     return "\n".join(lines)

@@ -52,7 +52,7 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
 
     config = _config(spec, setup)
     notes: list[str] = []
-    attn = "eager" if setup.attn == "eager" else "sdpa"
+    attn = "eager" if stack.attn == "eager" else "sdpa"
     if setup.attn == "flash":
         notes.append("flash-attention 2 has no CPU kernel: traced with SDPA, whose CPU flash kernel saves the "
                      "same tensors (q, k, v, out, logsumexp)")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import time
+import warnings
 
 from ..errors import InvalidSetupError, SourceError
 from ..estimator import Component, Estimate
@@ -34,8 +36,6 @@ DEVIATIONS = (
 
 
 def trace_fake(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progress: bool = False) -> Estimate:
-    import torch
-
     from .build import build
     from .step import run_steps
     from .tracker import PeakTracker
@@ -48,15 +48,14 @@ def trace_fake(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progress: 
     start = time.perf_counter()
     tracker = PeakTracker()
     try:
-        built = build(spec, setup, stack)
-        info = run_steps(spec, setup, stack, built, tracker, steps=steps, progress=progress)
+        with _quiet():
+            built = build(spec, setup, stack)
+            info = run_steps(spec, setup, stack, built, tracker, steps=steps, progress=progress)
     except (SourceError, InvalidSetupError):
         raise
     except Exception as exc:  # data-dependent ops, unsupported kernels: say what and what to use instead
         raise SourceError(f"cannot trace {spec.name}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}; "
                           f"`memfit estimate` gives the analytic estimate") from None
-    finally:
-        torch.set_default_device(None) if hasattr(torch, "set_default_device") else None
     wall = time.perf_counter() - start
     totals = {k: v for k, v in tracker.peak_totals.items() if k != "inputs"}
     totals["weights"] += tracker.peak_totals.get("inputs", 0)
@@ -80,6 +79,21 @@ def trace_fake(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progress: 
                          + (" + peft" if setup.method != "full" else "") + f"), {steps} steps",
                "accounted": info["accounted"], "wall_s": round(wall, 2), "peak_rss_bytes": peak_rss},
     )
+
+
+@contextlib.contextmanager
+def _quiet():
+    """transformers' and torch's advice about hooks and deprecations is noise for a user of the trace."""
+    import transformers
+
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        transformers.logging.set_verbosity(level)
 
 
 def compare(estimate: Estimate, measured: Estimate) -> list[dict]:

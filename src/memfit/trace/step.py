@@ -111,12 +111,41 @@ def cuda_like_kernels(setup: TrainingSetup, tracker: PeakTracker | None):
     original_dropout = nn.functional.dropout
     nn.functional.dropout = _cuda_like_dropout
     restore_masking = _real_run_masking(setup)
+    original_sdpa = nn.functional.scaled_dot_product_attention
+
+    def sdpa_without_dropout(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                             enable_gqa=False):
+        # CUDA's flash / mem-efficient kernels apply attention dropout inside the kernel (philox state, no mask);
+        # the CPU kernel falls back to the math path, which materializes the s x s scores. Trace the CUDA way.
+        if query.shape[-3] != key.shape[-3] and not enable_gqa:
+            return _cuda_math_sdpa(query, key, value, attn_mask, is_causal, scale)
+        return original_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal,
+                              scale=scale, enable_gqa=enable_gqa)
+
+    nn.functional.scaled_dot_product_attention = sdpa_without_dropout
     try:
         yield
     finally:
+        nn.functional.scaled_dot_product_attention = original_sdpa
         restore_masking()
         nn.functional.dropout = original_dropout
         _MatMul4bit.tracker = None
+
+
+def _cuda_math_sdpa(query, key, value, attn_mask, is_causal, scale):
+    """SDPA's math path as CUDA runs it, in the input dtype (the CPU one upcasts 16-bit inputs to fp32):
+    aten/src/ATen/native/transformers/attention.cpp _scaled_dot_product_attention_math."""
+    import math
+
+    factor = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]))
+    scores = (query * factor) @ (key * factor).transpose(-2, -1)
+    s_q, s_k = query.shape[-2], key.shape[-2]
+    if is_causal:
+        causal = torch.ones(s_q, s_k, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+    return torch.softmax(scores, dim=-1) @ value
 
 
 def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
