@@ -114,7 +114,13 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     step_temp, step_note = states.optimizer_step_transient(spec, setup, stack)
     counts = count_params(spec)
     matmul = spec.num_layers * counts.layer_linear_weights + (counts.lm_head or 0)
-    mixed_casts = 2 * matmul if (stack.autocast and stack.weight_bytes == 4 and setup.method != "qlora") else 0
+    weights_cast = stack.autocast and stack.weight_dtype != stack.autocast_dtype
+    mixed_casts = 2 * matmul if (weights_cast and setup.method != "qlora") else 0
+    if mixed_casts and not stack.base_trainable:
+        # With a frozen base, the first layer's input needs no grad, so the linears reading it (q, k, v) keep no
+        # weight cast for backward: F.linear saves W only to compute the input's gradient.
+        first = [lin for lin in layer_linears(spec) if set(lin.parts) & {"q", "k", "v"}]
+        mixed_casts -= 2 * sum(lin.weight_params for lin in first)
     if setup.method == "qlora" and stack.autocast and stack.kbit_upcast:
         mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
     adapter_casts = 2 * states.lora_params(stack) if (stack.autocast and stack.adapter_bytes == 4) else 0

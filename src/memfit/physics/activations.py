@@ -45,9 +45,10 @@ class _Walk:
             self.add((0 if input_shared else width * in_bytes) + 4)   # fused kernel: input + rstd
         elif spec.norm_kind == "layernorm":
             # aten native_layer_norm saves input, mean, rstd (fp32 on CUDA); under autocast it runs in fp32,
-            # on a new fp32 copy of a 16-bit input.
+            # on a new fp32 copy of a 16-bit input, and returns fp32.
             copy = st.autocast and in_bytes != 4
             self.add((0 if input_shared and not copy else width * (4 if st.autocast else in_bytes)) + 8)
+            return 4 if st.autocast else in_bytes
         else:
             # x.float() (a copy of a 16-bit input, the input itself when fp32) and rsqrt
             self.add((0 if input_shared and in_bytes == 4 else width * 4) + 4)
@@ -57,12 +58,13 @@ class _Walk:
                 self.add(width * (4 if spec.norm_style == "gemma" else in_bytes))
         return in_bytes
 
-    def linear_inputs(self, width: int, in_bytes: int, n_consumers: int) -> None:
-        """What trainable base Linears reading one input save (nothing when the base is frozen)."""
+    def linear_inputs(self, width: int, in_bytes: int, n_consumers: int, residual: bool = True) -> None:
+        """What trainable base Linears reading one input save (nothing when the base is frozen).
+        `residual`: the input is in the model's dtype (a norm output), which autocast may have to cast."""
         if not self.st.base_trainable:
             return
-        if self.st.autocast and in_bytes == 4:
-            self.add(n_consumers * width * 2)         # one bf16 cast per Linear
+        if self.st.autocast and (in_bytes == 4 or (residual and self.st.residual_cast)):
+            self.add(n_consumers * width * 2)         # one 16-bit cast per Linear
         else:
             self.add(width * in_bytes)                # one shared storage
 
@@ -251,9 +253,14 @@ def layer_backward_temp_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stac
 
 def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """Bytes per token saved outside the layers: embedding indices and dropout, final norm, lm_head input,
-    labels."""
+    labels. With a frozen base, the first layer's input norm saves nothing (the embedding output needs no
+    grad), which the per-layer walk counted: it is taken back here."""
     walk = _Walk(spec, setup, stack)
     train = stack.base_trainable
+    if not train and stack.lora_layers == spec.num_layers and not _post_norm(spec):
+        first = _Walk(spec, setup, stack)
+        first.norm(spec.hidden_size, stack.residual_bytes, False)
+        walk.add(-first.per_token)
     if train:
         walk.add(8)                                    # embedding saves the int64 indices
     if spec.embd_dropout > 0:

@@ -33,6 +33,9 @@ class Stack:
     residual_bytes: int        # dtype of the hidden states between layers
     compute_bytes: int         # dtype of matmul outputs (2 under autocast or 16-bit weights)
     autocast: bool
+    autocast_dtype: str        # "bf16" | "fp16" | "" (no autocast)
+    weight_dtype: str          # dtype of the non-quantized weights: "bf16" | "fp16" | "fp32"
+    residual_cast: bool        # autocast casts 16-bit hidden states too (fp16 weights under bf16 autocast)
     adapter_bytes: int         # LoRA A/B weights and grads
     base_trainable: bool       # full fine-tuning
     lora_modules: tuple[LoraModule, ...]   # per adapted layer
@@ -78,6 +81,17 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
         autocast = recipe.autocast if setup.precision == "auto" else setup.precision.endswith("-mixed")
     residual_bytes = weight_bytes
     compute_bytes = 2 if (autocast or weight_bytes == 2) else 4
+    autocast_dtype = ("fp16" if precision == "fp16-mixed" else "bf16") if autocast else ""
+    if weight_bytes == 4:
+        weight_dtype = "fp32"
+    else:
+        weight_dtype = "fp16" if precision.startswith("fp16") else "bf16"
+    # HF Trainer bf16=True on an fp16 checkpoint (Llama 2, Phi-2, Pythia load in fp16 with dtype="auto"): autocast
+    # casts every fp16 weight and hidden state to bf16, and the weight casts are saved for backward.
+    residual_cast = autocast and weight_dtype == "fp16" and autocast_dtype == "bf16"
+    if residual_cast:
+        notes.append("fp16 weights under bf16 autocast (Trainer bf16=True): every matmul casts its weight and "
+                     "input to bf16, and the weight copies stay alive until backward")
     adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.method == "qlora" else weight_bytes)
     if setup.chunked_ce:
         loss_kind = recipe.loss if recipe.loss != "hf" else "chunked-fp32"
@@ -101,7 +115,8 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     if recipe.lora_layers and setup.method != "full":
         lora_layers = min(recipe.lora_layers, spec.num_layers)
     return Stack(method=setup.method, weight_bytes=weight_bytes, residual_bytes=residual_bytes,
-                 compute_bytes=compute_bytes, autocast=autocast, adapter_bytes=adapter_bytes,
+                 compute_bytes=compute_bytes, autocast=autocast, autocast_dtype=autocast_dtype,
+                 weight_dtype=weight_dtype, residual_cast=residual_cast, adapter_bytes=adapter_bytes,
                  base_trainable=setup.method == "full", lora_modules=lora_modules, lora_layers=lora_layers,
                  loss_kind=loss_kind, fp32_logits_copy=recipe.fp32_logits_copy and autocast,
                  logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,

@@ -161,7 +161,7 @@ def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
 def train_step(model: nn.Module, optimizer, inputs: dict, stack: Stack, micro: int, tracker: PeakTracker,
                on_first_step=None, bar: "_Progress | None" = None) -> None:
     """One optimizer step as HF Trainer runs it: `micro` forward/backward passes, step, zero_grad(None)."""
-    autocast = (torch.autocast("cpu", dtype=torch.float16 if stack.precision.startswith("fp16") else torch.bfloat16)
+    autocast = (torch.autocast("cpu", dtype=torch.float16 if stack.autocast_dtype == "fp16" else torch.bfloat16)
                 if stack.autocast else contextlib.nullcontext())
     for _ in range(micro):
         tracker.phase, tracker.default_category, tracker.where = "forward", "activations", ""
