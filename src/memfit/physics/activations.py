@@ -254,10 +254,11 @@ def layer_backward_temp_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stac
 def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """Bytes per token saved outside the layers: embedding indices and dropout, final norm, lm_head input,
     labels. With a frozen base, the first layer's input norm saves nothing (the embedding output needs no
-    grad), which the per-layer walk counted: it is taken back here."""
+    grad), which the per-layer walk counted for every layer: it is taken back here (without checkpointing;
+    with it, only checkpoints and the top layer's recomputation are alive)."""
     walk = _Walk(spec, setup, stack)
     train = stack.base_trainable
-    if not train and stack.lora_layers == spec.num_layers and not _post_norm(spec):
+    if not train and stack.lora_layers == spec.num_layers and not _post_norm(spec) and not setup.grad_ckpt:
         first = _Walk(spec, setup, stack)
         first.norm(spec.hidden_size, stack.residual_bytes, False)
         walk.add(-first.per_token)
