@@ -19,6 +19,7 @@ from .physics import states
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, overheads
 from .physics.stack import Stack, resolve_stack
+from .recipes import get_recipe
 from .setup import OPTIMIZERS, TrainingSetup
 from .spec import ModelSpec
 
@@ -65,6 +66,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         from .rule import estimate_rule
 
         return estimate_rule(spec, setup)
+    spec = _as_built_by(spec, setup)
     static = _static_parts(spec, setup)
     parts = _token_parts(spec, setup, static)
     phases = _phases(spec, setup, static["stack"], parts)
@@ -91,6 +93,16 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     )
 
 
+def _as_built_by(spec: ModelSpec, setup: TrainingSetup) -> ModelSpec:
+    """The model as the recipe's stack builds it (LitGPT: untied head, fused qkv, fp32-weight norms)."""
+    overrides = get_recipe(setup.recipe).arch_overrides
+    if not overrides:
+        return spec
+    return _ARCH_CACHE.get((spec, setup.recipe)) or _ARCH_CACHE.setdefault((spec, setup.recipe), spec.replace(
+        **overrides, exact_params=None, notes=spec.notes + (f"as built by {setup.recipe}",)))
+
+
+_ARCH_CACHE: dict[tuple, ModelSpec] = {}
 _STATIC_CACHE: dict[tuple, dict] = {}
 _STATIC_CACHE_MAX = 4096
 
@@ -138,6 +150,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         casts=mixed_casts + adapter_casts, layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1),
         head_grad=min(head_grad, grads), embed_grad=min(embed_grad, grads),
         trainable_params=states.trainable_params(spec, stack), download=counts.total * 2, params=spec.params,
+        tied_grad_extra=2 * spec.vocab_size * spec.hidden_size * per,
     )
     static["notes"] = {
         "weights": _weights_note(spec, setup, stack),
@@ -205,6 +218,11 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
                                              "autocast weight copies": p["layer_casts"], **bottom_saved,
                                              "embedding and head activations": p["head_act"],
                                              "backward temporaries": temps}
+    if stack.base_trainable and not setup.optimizer_in_backward and spec.tied_embeddings:
+        # The tied matrix gets two gradients: the lm_head's (early in backward) and the embedding's dense one
+        # (last). Accumulating them keeps both and their sum alive at once: two V x h tensors beyond .grad.
+        phases["embedding backward (tied)"] = {**state, "gradients": p["grads"],
+                                               "backward temporaries": p["tied_grad_extra"] + p["grad_hidden"]}
     phases["optimizer step"] = {**state, "gradients": p["grads"],
                                 "optimizer step temporaries": p["step_temp"]}
     return phases

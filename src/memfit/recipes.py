@@ -27,7 +27,7 @@ class Recipe:
     lora_targets: tuple[str, ...]
     lora_dropout: float
     adapter_fp32: bool             # LoRA weights upcast to fp32 (PEFT autocast_adapter_dtype=True)
-    loss: str                      # "hf" | "chunked-fp32" | "chunked-kept" | "fused"
+    loss: str                      # "hf" | "plain" | "chunked-fp32" | "chunked-kept" | "fused"
     fp32_logits_copy: bool         # accelerate's convert_outputs_to_fp32 under autocast
     quant: str = "nf4-dq"
     ckpt_offload: bool = False     # checkpoints kept in host memory (unsloth's offloaded checkpointing)
@@ -35,6 +35,8 @@ class Recipe:
     lora_layers: int | None = None # adapters only on the last N layers (mlx-lm --num-layers)
     full_overrides: dict = field(default_factory=dict)   # defaults that differ for full fine-tuning
     qlora_overrides: dict = field(default_factory=dict)  # defaults that differ for QLoRA
+    # Stacks that build their own model code (LitGPT) change the architecture facts that matter for memory.
+    arch_overrides: dict = field(default_factory=dict)
     sources: tuple[str, ...] = ()
 
 
@@ -69,7 +71,10 @@ RECIPES: dict[str, Recipe] = {
         precision="bf16", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",
         lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.05, adapter_fp32=False,
         loss="chunked-kept", fp32_logits_copy=False, quant="nf4",
-        sources=("litgpt/finetune/lora.py: precision bf16-true, lm_head_chunk_size=128, chunked_cross_entropy",
+        arch_overrides={"tied_embeddings": False, "fused_qkv": True, "norm_style": "gemma"},
+        sources=("LitGPT builds its own model (litgpt/model.py): an untied lm_head always, one fused qkv linear, "
+                 "RMSNorm computed in fp32 with the weight applied before the cast back",
+                 "litgpt/finetune/lora.py: precision bf16-true, lm_head_chunk_size=128, chunked_cross_entropy",
                  "litgpt/lora.py Config defaults: lora_r 8, lora_query/lora_value True, lora_dropout 0.05",
                  "torch.optim.AdamW without flags: foreach on CUDA (torch/optim/optimizer.py)")),
     "unsloth": Recipe(
@@ -87,6 +92,14 @@ RECIPES: dict[str, Recipe] = {
         fp32_logits_copy=True,
         sources=("axolotl examples/llama-3/lora-8b.yml: lora_r 32, lora_dropout 0.05, lora_target_linear, "
                  "gradient_checkpointing true, optimizer adamw_bnb_8bit, flash_attention true",)),
+    "pytorch": Recipe(
+        name="pytorch", description="a plain PyTorch loop (nanoGPT style): model.to(dtype), no autocast, "
+                                    "F.cross_entropy on the logits as they are",
+        precision="auto", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",
+        lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=False, loss="plain",
+        fp32_logits_copy=False,
+        sources=("karpathy/nanoGPT train.py: logits, loss = model(X, Y); loss.backward(); torch.optim.AdamW "
+                 "without flags is foreach on CUDA",)),
     "mlx": Recipe(
         name="mlx", description="mlx-lm LoRA on Apple silicon",
         precision="bf16", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",

@@ -31,7 +31,7 @@ OPTIMIZER_ALIASES = {"adamw-torch": "adamw", "adamw_torch": "adamw", "adamw_torc
                      "paged-adamw-32bit": "paged-adamw", "adam": "adamw", "adamw-foreach": "adamw"}
 ATTENTION = ("sdpa", "flash", "eager")
 QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
-LOSSES = ("hf", "chunked-fp32", "chunked-kept", "fused")
+LOSSES = ("hf", "plain", "chunked-fp32", "chunked-kept", "fused")
 
 # Past these a number is a typo, not a plan: no single device trains 1M tokens per micro-batch.
 MAX_SEQ_LEN = 1 << 21
@@ -73,7 +73,7 @@ class TrainingSetup:
         values = dict(method=method, precision=r.precision, optimizer=r.optimizer, grad_ckpt=r.grad_ckpt,
                       attn=r.attn, lora_rank=r.lora_rank, lora_targets=r.lora_targets,
                       lora_dropout=r.lora_dropout, quant=r.quant, recipe=r.name,
-                      chunked_ce=r.loss != "hf")
+                      chunked_ce=r.loss not in ("hf", "plain"))
         if method == "full":
             values.update(r.full_overrides)
         if method == "qlora":

@@ -38,6 +38,10 @@ def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> LossMemo
             fwd = max(fwd, logit * TV + 4 * TV)       # accelerate convert_outputs_to_fp32 after forward
         return LossMemory(saved=4 * TV + softcap, forward_extra=fwd, backward_extra=8 * TV,
                           note="logits.float() + cross_entropy: fp32 log-softmax saved, 12·bs·V in its backward")
+    if kind == "plain":
+        # F.cross_entropy on the logits' own dtype; the loop keeps `logits` alive through backward (nanoGPT).
+        return LossMemory(saved=2 * logit * TV + softcap, forward_extra=0, backward_extra=2 * logit * TV,
+                          note="cross_entropy in the logits dtype; logits kept by the training loop")
     if kind == "chunked-fp32":
         chunk = TV // TORCHTUNE_CHUNKS
         return LossMemory(saved=4 * TV + softcap, forward_extra=logit * TV + 4 * chunk,

@@ -55,6 +55,9 @@ def resolve_precision(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, str |
     """'auto' -> the checkpoint's dtype, as transformers v5 loads it (dtype='auto'). Returns (precision, note)."""
     if setup.precision != "auto":
         return setup.precision, None
+    if setup.method == "qlora":
+        # QLoRA setups load the non-quantized weights in the 4-bit compute dtype (bnb_4bit_compute_dtype=bf16).
+        return "bf16", "precision auto: QLoRA keeps the non-quantized weights in its compute dtype (bf16)"
     ckpt = spec.checkpoint_dtype
     if ckpt == "fp32":
         # An fp32 checkpoint loads in fp32; with Trainer bf16=True that is fp32 weights + bf16 autocast.
@@ -94,9 +97,9 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                      "input to bf16, and the weight copies stay alive until backward")
     adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.method == "qlora" else weight_bytes)
     if setup.chunked_ce:
-        loss_kind = recipe.loss if recipe.loss != "hf" else "chunked-fp32"
+        loss_kind = recipe.loss if recipe.loss not in ("hf", "plain") else "chunked-fp32"
     else:
-        loss_kind = "hf"
+        loss_kind = "plain" if recipe.loss == "plain" else "hf"
     logits_bytes = compute_bytes if not (setup.method == "qlora" and setup.kbit_upcast and not autocast) else 4
     lora_modules: tuple[LoraModule, ...] = ()
     if setup.method in ("lora", "qlora"):

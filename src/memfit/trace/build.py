@@ -112,21 +112,23 @@ class _MatMul4bit(torch.autograd.Function):
     tracker = None   # set by the step runner so the dequantization transient is counted
 
     @staticmethod
-    def forward(ctx, x, weight, bias):
+    def forward(ctx, x, weight, bias, transposed):
         ctx.save_for_backward(weight)     # the parameter itself: no new memory
-        ctx.in_dtype = x.dtype
+        ctx.in_dtype, ctx.transposed = x.dtype, transposed
+        w = weight.t() if transposed else weight      # GPT-2's Conv1D stores [in, out]
         _dequant(weight, +1)
-        out = nn.functional.linear(x.to(weight.dtype), weight, bias)
+        out = nn.functional.linear(x.to(weight.dtype), w, bias)
         _dequant(weight, -1)
         return out.to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         (weight,) = ctx.saved_tensors
+        w = weight.t() if ctx.transposed else weight
         _dequant(weight, +1)
-        grad_x = (grad.to(weight.dtype) @ weight).to(ctx.in_dtype)
+        grad_x = (grad.to(weight.dtype) @ w).to(ctx.in_dtype)
         _dequant(weight, -1)
-        return grad_x, None, None
+        return grad_x, None, None, None
 
 
 def _dequant(weight: torch.Tensor, sign: int) -> None:
@@ -137,18 +139,21 @@ def _dequant(weight: torch.Tensor, sign: int) -> None:
 
 
 class _Linear4bitForward:
-    def __init__(self, linear: nn.Linear):
-        self.linear = linear
+    def __init__(self, linear: nn.Module, transposed: bool):
+        self.linear, self.transposed = linear, transposed
 
     def __call__(self, x):
-        return _MatMul4bit.apply(x, self.linear.weight, self.linear.bias)
+        return _MatMul4bit.apply(x, self.linear.weight, self.linear.bias, self.transposed)
 
 
 def _fake_4bit_linears(layers: list[nn.Module]) -> list[nn.Linear]:
+    """transformers' bitsandbytes integration quantizes every nn.Linear and GPT-2 Conv1D in the decoder."""
+    from transformers.pytorch_utils import Conv1D
+
     found = []
     for layer in layers:
         for module in layer.modules():
-            if type(module) is nn.Linear:
-                module.forward = _Linear4bitForward(module)
+            if type(module) is nn.Linear or isinstance(module, Conv1D):
+                module.forward = _Linear4bitForward(module, transposed=isinstance(module, Conv1D))
                 found.append(module)
     return found

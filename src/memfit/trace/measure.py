@@ -96,6 +96,9 @@ def _quiet():
         transformers.logging.set_verbosity(level)
 
 
+COUNTER_ROWS = ("peak allocated", "peak reserved", "device")
+
+
 def compare(estimate: Estimate, measured: Estimate) -> list[dict]:
     """Per group and in total: estimate, trace, ratio (estimate / trace)."""
     rows = []
