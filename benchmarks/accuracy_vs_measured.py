@@ -140,6 +140,26 @@ def summarize(results: list[dict], total_rows: int) -> dict:
     return out
 
 
+def error_bands(report: dict) -> dict:
+    """Per method, the 5th and 95th percentile of the signed error (predicted / measured - 1): the band the
+    estimate states. Methods with fewer than 5 measured rows fall back to all rows."""
+    measured = [r for r in report["results"] if "error" in r]
+
+    def band(errors: list[float]) -> dict:
+        errors = sorted(errors)
+        pick = lambda q: errors[min(len(errors) - 1, max(0, int(round(q * (len(errors) - 1)))))]  # noqa: E731
+        return {"n": len(errors), "low": round(pick(0.05), 4), "high": round(pick(0.95), 4),
+                "median": round(statistics.median(errors), 4)}
+
+    overall = band([r["error"] for r in measured])
+    out = {"source": "benchmarks/accuracy_vs_measured.py over shared/calibration/measured.csv "
+                     "(signed error = predicted / measured - 1; 5th-95th percentile)", "overall": overall}
+    for method in ("full", "lora", "qlora"):
+        errors = [r["error"] for r in measured if r["method"] == method]
+        out[method] = band(errors) if len(errors) >= 5 else dict(overall, note="fewer than 5 rows: overall band")
+    return out
+
+
 def markdown(report: dict) -> str:
     s = report["summary"]
     lines = ["## Against published measurements", "",
@@ -178,8 +198,13 @@ def main() -> None:
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=1) + "\n")
     (ROOT / "benchmarks" / "results" / "accuracy_vs_measured.md").write_text(markdown(report))
+    bands = error_bands(report)
+    (ROOT / "src" / "memfit" / "data" / "error_bands.json").write_text(json.dumps(bands, indent=1) + "\n")
     print(markdown(report))
 
 
 if __name__ == "__main__":
     main()
+    import accuracy_doc  # noqa: E402  (same folder)
+
+    accuracy_doc.main()

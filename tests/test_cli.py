@@ -130,3 +130,24 @@ def test_python_dash_m_and_no_torch_import():
     assert proc.returncode == 0, proc.stderr
     proc = subprocess.run([sys.executable, "-m", "memfit", "estimate", "7B"], capture_output=True, text=True)
     assert proc.returncode == 0 and "RULE OF THUMB" in proc.stdout
+
+
+def test_trace_without_the_extra_names_the_install(capsys, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):
+        if name.split(".")[0] in ("torch", "transformers", "peft"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    code, out, err = run(capsys, "trace", "llama-3.2-1b")
+    assert code == 1 and out == ""
+    assert 'pip install "memfit[trace]"' in err and err.count("\n") == 1
+
+
+def test_reentrant_needs_checkpointing(capsys):
+    code, _, err = run(capsys, "estimate", "llama-3.2-1b", "--reentrant")
+    assert code == 1 and "needs --grad-ckpt" in err

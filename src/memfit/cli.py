@@ -15,7 +15,7 @@ SETUP_FLAGS = {  # flag -> TrainingSetup field
     "optimizer": "optimizer", "grad_ckpt": "grad_ckpt", "attn": "attn", "lora_rank": "lora_rank",
     "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "quant": "quant", "grad_accum": "grad_accum",
     "chunked_ce": "chunked_ce", "optimizer_in_backward": "optimizer_in_backward", "gpus": "gpus",
-    "kbit_upcast": "kbit_upcast", "padding": "padding",
+    "kbit_upcast": "kbit_upcast", "padding": "padding", "reentrant": "ckpt_reentrant",
 }
 
 
@@ -48,6 +48,8 @@ def add_setup_args(p: argparse.ArgumentParser) -> None:
                                        "paged-adamw-8bit|sgd|adafactor (HF names like adamw_torch_fused work too)")
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
                    help="gradient checkpointing")
+    g.add_argument("--reentrant", action="store_true", default=None,
+                   help="reentrant gradient checkpointing (transformers v4's default; v5 uses non-reentrant)")
     g.add_argument("--attn", choices=["sdpa", "flash", "eager"])
     g.add_argument("--lora-rank", type=_int)
     g.add_argument("--lora-targets", help="all-linear or a list such as q,k,v,o,gate,up,down")
@@ -60,7 +62,7 @@ def add_setup_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kbit-upcast", action="store_true", default=None,
                    help="QLoRA: prepare_model_for_kbit_training's fp32 upcast of norms/embeddings/lm_head")
     g.add_argument("--padding", action="store_true", default=None, help="batches carry a padding mask")
-    g.add_argument("--recipe", default="hf", help="hf|torchtune|litgpt|unsloth|axolotl|mlx (default hf)")
+    g.add_argument("--recipe", default="hf", help="hf|torchtune|litgpt|unsloth|axolotl|pytorch|mlx (default hf)")
     g.add_argument("--gpus", type=_int, help="number of GPUs (only 1 is supported for now)")
 
 

@@ -17,7 +17,7 @@ from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import states
 from .physics.loss import loss_memory
-from .physics.overhead import CUBLAS_WORKSPACE_BYTES, overheads
+from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
 from .recipes import get_recipe
 from .setup import OPTIMIZERS, TrainingSetup
@@ -83,13 +83,20 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
                                 "driver context and kernels: seen by nvidia-smi, not by torch"))
     reserved = allocated + over.reserved_slack
     device = reserved + over.cuda_context
+    low, high = min(over.range_low, device), max(over.range_high, device)
+    band = static["error_band"]
+    if band:
+        # measured = predicted / (1 + error): the measured runs' error band widens the range.
+        low = min(low, int(device / (1 + band["high"])))
+        high = max(high, int(device / (1 + band["low"])))
     return Estimate(
         model_name=spec.name, params=static["params"], trainable_params=static["trainable_params"],
         model_source=spec.source, setup=setup, precision=static["stack"].precision, components=tuple(components),
         peak_phase=peak_phase, phases=tuple(totals.items()),
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
-        range_low_bytes=min(over.range_low, device), range_high_bytes=max(over.range_high, device),
+        range_low_bytes=low, range_high_bytes=high,
         paged_bytes=static["paged"], download_bytes=static["download"], assumptions=static["assumptions"],
+        extra={"expected_error": band} if band else {},
     )
 
 
@@ -125,7 +132,8 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     opt_state, paged, opt_note = states.optimizer_state_bytes(spec, setup, stack)
     step_temp, step_note = states.optimizer_step_transient(spec, setup, stack)
     counts = count_params(spec)
-    matmul = spec.num_layers * counts.layer_linear_weights + (counts.lm_head or 0)
+    # The lm_head matmul casts its weight under autocast whether or not it is tied to the embedding.
+    matmul = spec.num_layers * counts.layer_linear_weights + spec.vocab_size * spec.hidden_size
     weights_cast = stack.autocast and stack.weight_dtype != stack.autocast_dtype
     mixed_casts = 2 * matmul if (weights_cast and setup.method != "qlora") else 0
     if mixed_casts and not stack.base_trainable:
@@ -168,7 +176,12 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "cuBLAS workspace": "cuBLAS/cuBLASLt workspaces, allocated through the caching allocator",
         "embedding and head activations": "embedding indices, final norm, lm_head input, labels",
     }
-    static["assumptions"] = tuple(_assumptions(spec, setup, stack, static))
+    band = error_band(setup.method)
+    static["error_band"] = band
+    static["assumptions"] = tuple(_assumptions(spec, setup, stack, static)) + ((
+        f"expected error for {setup.method}: {band['low']:+.0%} to {band['high']:+.0%} against {band['n']} "
+        f"published measured runs (median {band['median']:+.0%}; docs/accuracy.md); the range includes it",)
+        if band else ())
     return static
 
 
@@ -240,7 +253,7 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
     out = list(stack.notes)
     out.append(f"recipe {setup.recipe}: {stack.precision} weights, "
                f"{'autocast bf16' if stack.autocast else 'no autocast'}, optimizer {setup.optimizer}, "
-               f"{'gradient checkpointing' if setup.grad_ckpt else 'no gradient checkpointing'}, "
+               f"{('reentrant ' if setup.ckpt_reentrant else '') + 'gradient checkpointing' if setup.grad_ckpt else 'no gradient checkpointing'}, "
                f"attention {stack.attn}")
     if setup.method in ("lora", "qlora"):
         names = ",".join(sorted({m.linear.name for m in stack.lora_modules}))

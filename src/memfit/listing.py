@@ -14,8 +14,9 @@ def render_models(family: str | None, fmt: str) -> str:
     if not entries:
         families = sorted({e["family"] for e in catalog_entries()})
         raise UnknownModelError(f"no catalog family {family!r}" + did_you_mean(family, families, "memfit models"))
-    rows = [{"slug": e["slug"], "id": e["id"], "family": e["family"], "params": e["params"],
-             "model_type": e["config"]["model_type"], "source": e["source"]} for e in entries]
+    from .sources.catalog import spec_from_entry
+
+    rows = [_model_row(e, spec_from_entry(e)) for e in entries]
     rows.sort(key=lambda r: (r["family"], r["params"]))
     if fmt == "json":
         return dumps({"schema_version": 1, "models": rows})
@@ -23,6 +24,19 @@ def render_models(family: str | None, fmt: str) -> str:
     lines += [f"{r['slug']:<30} {count(r['params']):>8}  {r['family']:<10} {r['id']}" for r in rows]
     lines.append(f"{len(rows)} models. Any other Hugging Face id, a config.json or a model directory works too.")
     return "\n".join(lines)
+
+
+def _model_row(entry: dict, spec) -> dict:
+    """The facts that decide memory, as memfit reads them, with their source."""
+    return {"slug": entry["slug"], "id": entry["id"], "family": entry["family"], "params": entry["params"],
+            "model_type": spec.model_type, "hidden_size": spec.hidden_size,
+            "intermediate_size": spec.intermediate_size, "num_layers": spec.num_layers,
+            "num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads, "head_dim": spec.head_dim,
+            "vocab_size": spec.vocab_size, "tied_embeddings": spec.tied_embeddings,
+            "biases": {"qkv": spec.qkv_bias, "o": spec.o_bias, "mlp": spec.mlp_bias},
+            "mlp": f"{spec.mlp_kind} ({spec.activation})", "norm": spec.norm_kind,
+            "experts": {"total": spec.num_experts, "per_token": spec.experts_per_token} if spec.is_moe else None,
+            "checkpoint_dtype": spec.checkpoint_dtype, "source": entry["source"]}
 
 
 def render_gpus(fmt: str) -> str:

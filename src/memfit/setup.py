@@ -59,6 +59,7 @@ class TrainingSetup:
     gpus: int = 1
     kbit_upcast: bool = False        # peft.prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
     padding: bool = False            # batches carry a padding mask (attention_mask with zeros)
+    ckpt_reentrant: bool = False     # torch.utils.checkpoint use_reentrant=True (transformers v4's default)
 
     def __post_init__(self):
         problems = self.problems()
@@ -114,8 +115,8 @@ class TrainingSetup:
             p.append("multi-GPU estimates (--gpus > 1) are not supported yet; memfit estimates one GPU")
         if self.method == "qlora" and self.precision in ("fp32",):
             p.append("QLoRA computes in 16-bit; precision fp32 contradicts it (use bf16 or fp16)")
-        if self.method != "full" and self.optimizer_in_backward and self.method in METHODS:
-            pass  # allowed: steps the adapter in backward, little effect, but valid
+        if self.ckpt_reentrant and not self.grad_ckpt:
+            p.append("reentrant checkpointing needs --grad-ckpt")
         return p
 
     def replace(self, **changes) -> "TrainingSetup":
@@ -125,7 +126,8 @@ class TrainingSetup:
         """Every field except batch size and length: what the token-independent parts of an estimate depend on."""
         return (self.method, self.precision, self.optimizer, self.grad_ckpt, self.attn, self.lora_rank,
                 self.lora_targets, self.lora_dropout, self.quant, self.grad_accum, self.chunked_ce,
-                self.optimizer_in_backward, self.recipe, self.gpus, self.kbit_upcast, self.padding)
+                self.optimizer_in_backward, self.recipe, self.gpus, self.kbit_upcast, self.padding,
+                self.ckpt_reentrant)
 
     @property
     def tokens(self) -> int:

@@ -6,7 +6,11 @@ that feeds the estimate's range.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import lru_cache
+
+from ..data import DATA_DIR
 
 MiB = 2**20
 
@@ -36,6 +40,18 @@ class Overheads:
     cuda_context: int
     range_low: int
     range_high: int
+
+
+@lru_cache(maxsize=1)
+def _error_bands() -> dict:
+    path = DATA_DIR / "error_bands.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def error_band(method: str) -> dict | None:
+    """The measured error band of a method (data/error_bands.json, written by
+    benchmarks/accuracy_vs_measured.py): signed error = predicted / measured - 1, 5th to 95th percentile."""
+    return _error_bands().get(method)
 
 
 def overheads(peak_allocated: int) -> Overheads:

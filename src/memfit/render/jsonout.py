@@ -31,6 +31,8 @@ def estimate_dict(est: Estimate, verdict: Verdict | None = None, extra: dict | N
         "download_bytes": est.download_bytes,
         "assumptions": list(est.assumptions),
     }
+    if "expected_error" in est.extra:
+        out["expected_error"] = est.extra["expected_error"]
     if verdict is not None:
         out["verdict"] = verdict_dict(verdict)
     if extra:

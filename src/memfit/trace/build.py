@@ -78,8 +78,12 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
         model = _apply_lora(model, spec, setup, stack)
     if setup.grad_ckpt:
         target = model.get_base_model() if hasattr(model, "get_base_model") else model
-        target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        notes.append("gradient checkpointing: non-reentrant (transformers v5 default)")
+        target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": setup.ckpt_reentrant})
+        if setup.ckpt_reentrant and setup.method != "full":
+            # Reentrant checkpoints need an input that requires grad: PEFT's enable_input_require_grads.
+            target.enable_input_require_grads()
+        notes.append("gradient checkpointing: " + ("reentrant (as requested)" if setup.ckpt_reentrant else
+                                                   "non-reentrant (transformers v5 default)"))
     return Built(model=model, layers=layers, quantized=quantized, notes=notes)
 
 
