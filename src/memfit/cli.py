@@ -101,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=_int, default=2, help="optimizer steps to run (at least 2)")
     add_format(p)
 
+    p = sub.add_parser("max", help="the longest length, largest batch or biggest catalog model that fits")
+    p.add_argument("model", nargs="?", help="the model (not needed with --what model)")
+    p.add_argument("--what", required=True, choices=["seq-len", "batch-size", "model"])
+    p.add_argument("--family", help="with --what model: only this family (e.g. qwen2.5)")
+    add_setup_args(p)
+    add_hardware_args(p)
+    add_format(p)
+
     p = sub.add_parser("explain", help="walk through the bytes per weight and every phase of the step")
     p.add_argument("model")
     add_setup_args(p)
@@ -118,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def setup_from_args(args: argparse.Namespace, spec=None):
+def setup_from_args(args: argparse.Namespace, spec=None):  # noqa: C901 (one check per flag)
     """TrainingSetup from the flags; returns (setup, the fields the user set)."""
     from .setup import TrainingSetup, normalize_optimizer, parse_targets
 
@@ -140,6 +148,16 @@ def setup_from_args(args: argparse.Namespace, spec=None):
     return setup, frozenset(values) | ({"recipe"} if args.recipe != "hf" else set())
 
 
+def hardware_args(args: argparse.Namespace) -> list[str]:
+    """The hardware flags as given, to repeat them in suggested commands."""
+    out = []
+    for name in ("gpu", "memory", "mac", "mac_wired_limit"):
+        value = getattr(args, name, None)
+        if value is not None:
+            out += ["--" + name.replace("_", "-"), value]
+    return out
+
+
 def hardware_from_args(args: argparse.Namespace):
     from .hardware import load_hardware
 
@@ -155,14 +173,24 @@ def cmd_estimate(args) -> str:
     from .sources import load_model
     from .verdict import verdict
 
+    from .advisor import suggest, warnings_for
+    from .render.text import render_advice
+
     hardware = hardware_from_args(args)   # validate hardware flags before any model lookup
     spec = load_model(args.model)
     setup, explicit = setup_from_args(args, spec)
     est = estimate(spec, setup)
     ver = verdict(est, hardware) if hardware else None
+    warnings = warnings_for(spec, setup, est, hardware, ver)
+    suggestions = []
+    if ver is not None and ver.status != "fits" and not spec.is_rule_of_thumb:
+        suggestions = suggest(spec, setup, hardware, args.model, hardware_args(args))
     if args.format == "json":
-        return dumps(estimate_dict(est, ver))
-    return render_estimate(est, ver, explicit)
+        extra = {"warnings": warnings}
+        if ver is not None:
+            extra["suggestions"] = [s.as_dict() for s in suggestions]
+        return dumps(estimate_dict(est, ver, extra))
+    return render_estimate(est, ver, explicit) + render_advice(ver, suggestions, warnings)
 
 
 def cmd_trace(args) -> str:
@@ -200,6 +228,42 @@ def cmd_trace(args) -> str:
     return text + ("\n\n" + render_compare(rows) if rows is not None else "")
 
 
+def cmd_max(args) -> str:
+    from .render.jsonout import dumps
+    from .search import biggest_model, max_int
+    from .sources import load_model
+    from .units import gib
+
+    hardware = hardware_from_args(args)
+    if hardware is None:
+        raise InvalidSetupError("memfit max needs hardware: --gpu, --memory or --mac")
+    if args.what == "model":
+        if args.model:
+            raise InvalidSetupError("--what model searches the catalog: give --family instead of a model")
+        setup, _ = setup_from_args(args)
+        result = biggest_model(setup, hardware, args.family)
+    else:
+        if not args.model:
+            raise InvalidSetupError(f"--what {args.what} needs a model")
+        spec = load_model(args.model)
+        if spec.is_rule_of_thumb:
+            raise InvalidSetupError("a bare size has no architecture: length and batch do not enter the rule")
+        setup, _ = setup_from_args(args, spec)
+        result = max_int(spec, setup, hardware, args.what.replace("-", "_"))
+    key = {"seq-len": "seq_len", "batch-size": "batch_size", "model": "model"}[args.what]
+    data = {"schema_version": 1, key: result.value, "device_bytes": result.device_bytes,
+            "next_step_device_bytes": result.next_device_bytes, "usable_bytes": result.usable_bytes,
+            "hardware": hardware.name}
+    if args.format == "json":
+        return dumps(data)
+    if result.value is None:
+        return (f"nothing fits on {hardware.name}: even the smallest step needs "
+                f"{gib(result.next_device_bytes or 0)} of {gib(result.usable_bytes)}")
+    above = f"; one step up needs {gib(result.next_device_bytes)}" if result.next_device_bytes else ""
+    return (f"{key.replace('_', ' ')}: {result.value} ({gib(result.device_bytes)} of {gib(result.usable_bytes)} "
+            f"usable on {hardware.name}{above})")
+
+
 def cmd_explain(args) -> str:
     from .explain import explain
     from .render.jsonout import dumps
@@ -229,7 +293,7 @@ def cmd_rule(args) -> str:
     return render_rule(args.format)
 
 
-COMMANDS = {"estimate": cmd_estimate, "trace": cmd_trace, "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus,
+COMMANDS = {"estimate": cmd_estimate, "trace": cmd_trace, "max": cmd_max, "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus,
             "rule": cmd_rule}
 
 

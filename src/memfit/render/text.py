@@ -94,3 +94,19 @@ def render_compare(rows: list[dict]) -> str:
         ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
         lines.append(f"  {r['component']:<20} {gib(r['estimate_bytes']):>11} {gib(r['trace_bytes']):>11} {ratio:>7}")
     return "\n".join(lines)
+
+
+def render_advice(verdict, suggestions, warnings) -> str:
+    lines = []
+    if suggestions:
+        head = "Changes that fit, best first:" if any(x.fits for x in suggestions) else \
+            "No change found that fits; closest first:"
+        lines += ["", head]
+        for sug in suggestions:
+            mark = "" if sug.fits else "  (still does not fit)"
+            lines.append(f"  {sug.change:<44} {gib(sug.device_bytes):>11}  saves {gib(sug.saving_bytes)}{mark}")
+            lines.append(f"      cost: {sug.cost}")
+            lines.append(f"      run:  {sug.command}")
+    if warnings:
+        lines += ["", "warnings:"] + [f"  - [{w['code']}] {w['message']}" for w in warnings]
+    return "\n".join(lines)
