@@ -82,7 +82,9 @@ def _quote(text: str) -> str:
 
 
 def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, model_ref: str,
-            hardware_args: list[str]) -> list[Suggestion]:
+            hardware_args: list[str], dataset=None) -> list[Suggestion]:
+    """Every lever that saves memory here, re-estimated; `dataset` (LengthStats) tells what a shorter length
+    would cut."""
     base = estimate(spec, setup)
     candidates = [c for c in _levers(spec, setup, hardware) if c is not None]
     out: list[Suggestion] = []
@@ -96,6 +98,11 @@ def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, model_ref
             continue                       # a lever that does not save memory here is no advice
         ref = model_ref if new_spec is spec else new_spec.name
         rank, cost = COSTS[key]
+        if key == "seq-len" and dataset is not None:
+            cut = sum(n for a, b, n in dataset.histogram if a > new_setup.seq_len)
+            covered = "still covered" if new_setup.seq_len >= dataset.p99 else "cut"
+            cost = (f"{cost} (p99 of your dataset is {dataset.p99} tokens: {covered}; about "
+                    f"{cut / dataset.count:.0%} of examples are longer)")
         out.append(Suggestion(change=change, args=args, command=command_for(ref, new_setup, hardware_args),
                               device_bytes=est.device_bytes, saving_bytes=base.device_bytes - est.device_bytes,
                               cost=_honest(cost, base, est), fits=est.device_bytes <= hardware.usable_bytes,

@@ -68,10 +68,17 @@ def add_setup_args(p: argparse.ArgumentParser) -> None:
 
 def add_hardware_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("hardware (one of)")
-    g.add_argument("--gpu", help="a GPU from `memfit gpus`, e.g. rtx-4090, a100-80gb")
+    g.add_argument("--gpu", help="a GPU from `memfit gpus`, e.g. rtx-4090, a100-80gb; or auto (detect this machine's)")
     g.add_argument("--memory", help="a card's own memory, e.g. 24GiB (never system RAM)")
     g.add_argument("--mac", help="an Apple-silicon Mac's unified memory, e.g. 36GB")
     g.add_argument("--mac-wired-limit", help="override the Mac's GPU limit (sysctl iogpu.wired_limit_mb)")
+
+
+def add_dataset_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("dataset check")
+    g.add_argument("--dataset", help="JSONL, JSON, CSV or Parquet training data (text, prompt/completion, "
+                                     "instruction/output or chat messages)")
+    g.add_argument("--tokenizer", help="tokenizer.json or a model directory (with its chat template)")
 
 
 def add_format(p: argparse.ArgumentParser) -> None:
@@ -89,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="catalog name or HF id, config.json, model directory, or a size like 7B")
     add_setup_args(p)
     add_hardware_args(p)
+    add_dataset_args(p)
     add_format(p)
 
     p = sub.add_parser("trace", help="measure a real training step on fake tensors (or a real GPU)")
@@ -107,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--family", help="with --what model: only this family (e.g. qwen2.5)")
     add_setup_args(p)
     add_hardware_args(p)
+    add_format(p)
+
+    p = sub.add_parser("plan", help="the recommended setup for a model on your hardware, and the alternatives")
+    p.add_argument("model")
+    add_setup_args(p)
+    add_hardware_args(p)
+    add_dataset_args(p)
     add_format(p)
 
     p = sub.add_parser("explain", help="walk through the bytes per weight and every phase of the step")
@@ -148,8 +163,14 @@ def setup_from_args(args: argparse.Namespace, spec=None):  # noqa: C901 (one che
     return setup, frozenset(values) | ({"recipe"} if args.recipe != "hf" else set())
 
 
-def hardware_args(args: argparse.Namespace) -> list[str]:
-    """The hardware flags as given, to repeat them in suggested commands."""
+def hardware_args(args: argparse.Namespace, hardware=None) -> list[str]:
+    """The hardware flags as given, to repeat them in suggested commands (a detected GPU by its catalog slug or
+    its memory, so the command means the same on another machine)."""
+    if getattr(args, "gpu", None) == "auto" and hardware is not None:
+        if hardware.kind == "mac":
+            return ["--mac", f"{hardware.capacity_bytes // 2**20}MiB", "--mac-wired-limit",
+                    f"{hardware.usable_bytes // 2**20}MiB"]
+        return ["--gpu", hardware.slug] if hardware.slug else ["--memory", f"{hardware.usable_bytes // 2**20}MiB"]
     out = []
     for name in ("gpu", "memory", "mac", "mac_wired_limit"):
         value = getattr(args, name, None)
@@ -163,6 +184,12 @@ def hardware_from_args(args: argparse.Namespace):
 
     if all(getattr(args, name) is None for name in ("gpu", "memory", "mac", "mac_wired_limit")):
         return None
+    if args.gpu == "auto":
+        if args.memory or args.mac:
+            raise InvalidSetupError("give exactly one of --gpu, --memory or --mac")
+        from .detect import detect_hardware
+
+        return detect_hardware()
     return load_hardware(gpu=args.gpu, memory=args.memory, mac=args.mac, mac_wired_limit=args.mac_wired_limit)
 
 
@@ -178,19 +205,48 @@ def cmd_estimate(args) -> str:
 
     hardware = hardware_from_args(args)   # validate hardware flags before any model lookup
     spec = load_model(args.model)
+    data = dataset_lengths(args)
+    stats = None
+    if data is not None:
+        from .dataset import length_stats, length_warnings, suggested_length
+
+        if args.seq_len is None:   # no --seq-len: the dataset's p99, rounded up to 64
+            args.seq_len = suggested_length(length_stats(*data, None))
+        stats = length_stats(*data, args.seq_len)
     setup, explicit = setup_from_args(args, spec)
     est = estimate(spec, setup)
     ver = verdict(est, hardware) if hardware else None
     warnings = warnings_for(spec, setup, est, hardware, ver)
+    if stats is not None:
+        warnings += length_warnings(stats)
     suggestions = []
     if ver is not None and ver.status != "fits" and not spec.is_rule_of_thumb:
-        suggestions = suggest(spec, setup, hardware, args.model, hardware_args(args))
+        suggestions = suggest(spec, setup, hardware, args.model, hardware_args(args, hardware),
+                              dataset=stats)
     if args.format == "json":
         extra = {"warnings": warnings}
         if ver is not None:
             extra["suggestions"] = [s.as_dict() for s in suggestions]
+        if stats is not None:
+            extra["dataset"] = stats.as_dict()
         return dumps(estimate_dict(est, ver, extra))
-    return render_estimate(est, ver, explicit) + render_advice(ver, suggestions, warnings)
+    from .dataset import render_stats
+
+    head = render_stats(stats) + "\n\n" if stats is not None else ""
+    return head + render_estimate(est, ver, explicit) + render_advice(ver, suggestions, warnings)
+
+
+def dataset_lengths(args):
+    """(token lengths, layout) of --dataset with --tokenizer; None without a dataset."""
+    if getattr(args, "dataset", None) is None:
+        if getattr(args, "tokenizer", None) is not None:
+            raise InvalidSetupError("--tokenizer only applies with --dataset")
+        return None
+    if args.tokenizer is None:
+        raise InvalidSetupError("--dataset needs --tokenizer (a tokenizer.json or a model directory)")
+    from .dataset import token_lengths
+
+    return token_lengths(args.dataset, args.tokenizer, progress=args.format == "text")
 
 
 def cmd_trace(args) -> str:
@@ -264,6 +320,53 @@ def cmd_max(args) -> str:
             f"usable on {hardware.name}{above})")
 
 
+def cmd_plan(args) -> str:
+    from .dataset import length_stats, render_stats, suggested_length
+    from .plan import plan
+    from .render.jsonout import dumps
+    from .sources import load_model
+    from .units import gib
+
+    hardware = hardware_from_args(args)
+    if hardware is None:
+        raise InvalidSetupError("memfit plan needs hardware: --gpu, --memory, --mac or --gpu auto")
+    spec = load_model(args.model)
+    if spec.is_rule_of_thumb:
+        raise InvalidSetupError("a bare size has no architecture to plan for; name a model or a config.json")
+    data, stats = dataset_lengths(args), None
+    if data is not None:
+        if args.seq_len is None:
+            args.seq_len = suggested_length(length_stats(*data, None))
+        stats = length_stats(*data, args.seq_len)
+    base, _ = setup_from_args(args, spec)
+    methods = (base.method,) if args.method else ("full", "lora", "qlora")
+    recommended, alternatives = plan(spec, base, hardware, args.model, hardware_args(args, hardware), methods)
+    if args.format == "json":
+        return dumps({"schema_version": 1, "model": spec.name, "hardware": hardware.name,
+                      "usable_bytes": hardware.usable_bytes, "seq_len": base.seq_len,
+                      "recommended": recommended.as_dict() if recommended else None,
+                      "alternatives": [o.as_dict() for o in alternatives],
+                      "dataset": stats.as_dict() if stats else None})
+    lines = [render_stats(stats), ""] if stats else []
+    lines.append(f"{spec.name} on {hardware.name} ({gib(hardware.usable_bytes)} usable), length {base.seq_len}")
+    if recommended is None:
+        lines.append("nothing fits at this length: try a shorter --seq-len or a smaller model (`memfit max`)")
+    else:
+        s = recommended.setup
+        lines += [f"recommended: {recommended.method}, batch {s.batch_size} x accumulation {s.grad_accum}, "
+                  f"{'gradient checkpointing' if s.grad_ckpt else 'no checkpointing'}, {s.optimizer}: "
+                  f"{gib(recommended.device_bytes)}", f"  {recommended.trade_off}",
+                  f"  run: {recommended.command}"]
+    for option in alternatives:
+        if option.setup is None:
+            lines.append(f"alternative {option.method}: {'; '.join(option.notes)}")
+        else:
+            s = option.setup
+            lines.append(f"alternative {option.method}: batch {s.batch_size} x {s.grad_accum}, "
+                         f"{gib(option.device_bytes)} ({option.trade_off})")
+    return "\n".join(lines)
+
+
 def cmd_explain(args) -> str:
     from .explain import explain
     from .render.jsonout import dumps
@@ -293,7 +396,7 @@ def cmd_rule(args) -> str:
     return render_rule(args.format)
 
 
-COMMANDS = {"estimate": cmd_estimate, "trace": cmd_trace, "max": cmd_max, "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus,
+COMMANDS = {"estimate": cmd_estimate, "trace": cmd_trace, "max": cmd_max, "plan": cmd_plan, "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus,
             "rule": cmd_rule}
 
 
