@@ -155,7 +155,9 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         grads=grads, opt=opt_state, paged=paged, step_temp=step_temp,
         layer_coeffs=act.layer_coefficients(spec, setup, stack), adapted_layers=act.adapted_layers(spec, stack),
         head_coeff=act.head_coefficient(spec, setup, stack),
-        casts=mixed_casts + adapter_casts, layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1),
+        casts=mixed_casts + adapter_casts, weight_casts=mixed_casts, adapter_casts=adapter_casts,
+        head_cast=2 * spec.vocab_size * spec.hidden_size if mixed_casts else 0,
+        layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1),
         head_grad=min(head_grad, grads), embed_grad=min(embed_grad, grads),
         trainable_params=states.trainable_params(spec, stack), download=counts.total * 2, params=spec.params,
         tied_grad_extra=2 * spec.vocab_size * spec.hidden_size * per,
@@ -209,9 +211,15 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
         saved_layers = {"activations": p["all_layers_act"]}
     head = {"embedding and head activations": p["head_act"]}
     phases: dict[str, dict[str, int]] = {}
-    phases["forward (end)"] = {**state, "gradients": accum_grads, "autocast weight copies": p["casts"],
+    # The autocast cache keeps casts of fp32 leaf tensors that need grad (fp32 weights, fp32 adapters) until the
+    # forward ends (aten autocast_mode.cpp cached_cast); other casts live only as long as something saves them,
+    # which under checkpointing nothing does.
+    # The lm_head sits outside the checkpointed layers: its cast is saved for backward either way.
+    fwd_casts = p["casts"] if not setup.grad_ckpt else p["adapter_casts"] + (
+        p["weight_casts"] if stack.weight_dtype == "fp32" and stack.base_trainable else p["head_cast"])
+    phases["forward (end)"] = {**state, "gradients": accum_grads, "autocast weight copies": fwd_casts,
                                **saved_layers, **head, "logits and loss": loss.saved + loss.forward_extra}
-    bwd_casts = 0 if setup.grad_ckpt else p["casts"]
+    bwd_casts = p["head_cast"] if setup.grad_ckpt else p["casts"]
     phases["cross-entropy backward"] = {**state, "gradients": accum_grads, "autocast weight copies": bwd_casts,
                                         **saved_layers, **head, "logits and loss": loss.saved + loss.backward_extra}
     # Backward through the top layer: the loss buffers are gone, the hidden-state grad and head grads exist.
@@ -223,19 +231,24 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
         top_saved = {"activations": p["all_layers_act"]}
         bottom_saved = {"activations": p["layer_act"]}
     temps = p["temps"] + p["grad_hidden"]
-    phases["layer backward (top)"] = {**state, "gradients": top_grads, "autocast weight copies": bwd_casts or
-                                      p["layer_casts"], **top_saved, **head, "backward temporaries": temps}
+    # Past the lm_head's backward: without checkpointing the layers' casts are still saved; with it, only the
+    # recomputed layer's exist.
+    top_casts = p["casts"] - p["head_cast"] if not setup.grad_ckpt else p["layer_casts"]
+    phases["layer backward (top)"] = {**state, "gradients": top_grads, "autocast weight copies": top_casts,
+                                      **top_saved, **head, "backward temporaries": temps}
     if stack.base_trainable and not setup.optimizer_in_backward:
         # Near the bottom, almost every gradient exists (the embedding's comes last).
         phases["layer backward (bottom)"] = {**state, "gradients": p["grads"] - p["embed_grad"],
                                              "autocast weight copies": p["layer_casts"], **bottom_saved,
                                              "embedding and head activations": p["head_act"],
                                              "backward temporaries": temps}
-    if stack.base_trainable and not setup.optimizer_in_backward and spec.tied_embeddings:
-        # The tied matrix gets two gradients: the lm_head's (early in backward) and the embedding's dense one
-        # (last). Accumulating them keeps both and their sum alive at once: two V x h tensors beyond .grad.
-        phases["embedding backward (tied)"] = {**state, "gradients": p["grads"],
-                                               "backward temporaries": p["tied_grad_extra"] + p["grad_hidden"]}
+    if stack.base_trainable and not setup.optimizer_in_backward:
+        # Last in backward: the embedding's dense gradient, when every other gradient exists. A tied matrix also
+        # has the lm_head's gradient from early in backward; accumulating the two keeps both and their sum
+        # alive at once: two V x h tensors beyond .grad.
+        extra = p["tied_grad_extra"] if spec.tied_embeddings else 0
+        phases["embedding backward"] = {**state, "gradients": p["grads"],
+                                        "backward temporaries": extra + p["grad_hidden"]}
     phases["optimizer step"] = {**state, "gradients": p["grads"],
                                 "optimizer step temporaries": p["step_temp"]}
     return phases
