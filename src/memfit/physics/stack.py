@@ -93,8 +93,12 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     # casts every fp16 weight and hidden state to bf16, and the weight casts are saved for backward.
     residual_cast = autocast and weight_dtype == "fp16" and autocast_dtype == "bf16"
     if residual_cast:
+        # bf16 layer outputs added to an fp16 residual promote to fp32: from the first residual add on, the
+        # hidden states (and the checkpoints of them) are fp32.
+        residual_bytes = 4
         notes.append("fp16 weights under bf16 autocast (Trainer bf16=True): every matmul casts its weight and "
-                     "input to bf16, and the weight copies stay alive until backward")
+                     "input to bf16, the weight copies stay alive until backward, and the residual stream "
+                     "becomes fp32 (bf16 + fp16 promotes)")
     adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.method == "qlora" else weight_bytes)
     if setup.chunked_ce:
         loss_kind = recipe.loss if recipe.loss not in ("hf", "plain") else "chunked-fp32"
