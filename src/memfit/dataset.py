@@ -110,8 +110,8 @@ class _Tokenizer:
             try:
                 from transformers import AutoTokenizer
             except ImportError:
-                raise MissingExtraError(f"a tokenizer directory needs transformers: pip install "
-                                        f"\"memfit[trace]\"; or pass its tokenizer.json") from None
+                raise MissingExtraError("a tokenizer directory needs transformers: pip install "
+                                        "\"memfit[trace]\"; or pass its tokenizer.json") from None
             tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
             self.encode = lambda text: len(tok(text, add_special_tokens=True)["input_ids"])
             if getattr(tok, "chat_template", None):

@@ -266,7 +266,7 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
     out = list(stack.notes)
     out.append(f"recipe {setup.recipe}: {stack.precision} weights, "
                f"{'autocast bf16' if stack.autocast else 'no autocast'}, optimizer {setup.optimizer}, "
-               f"{('reentrant ' if setup.ckpt_reentrant else '') + 'gradient checkpointing' if setup.grad_ckpt else 'no gradient checkpointing'}, "
+               f"{_ckpt_words(setup)}, "
                f"attention {stack.attn}")
     if setup.method in ("lora", "qlora"):
         names = ",".join(sorted({m.linear.name for m in stack.lora_modules}))
@@ -286,6 +286,12 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
     if setup.grad_accum > 1:
         out.append(f"gradient accumulation {setup.grad_accum}: gradients stay allocated between micro-batches")
     return out
+
+
+def _ckpt_words(setup: TrainingSetup) -> str:
+    if not setup.grad_ckpt:
+        return "no gradient checkpointing"
+    return ("reentrant " if setup.ckpt_reentrant else "") + "gradient checkpointing"
 
 
 def linear_names(spec: ModelSpec) -> list[str]:

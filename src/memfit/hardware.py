@@ -20,7 +20,8 @@ from .units import GiB, parse_size
 #   24 GB: 17.76 GiB (sgl-project/sglang#29949); 64 GB M2 Max: 47-49 GB (ggml-org/llama.cpp#1870) -> about 3/4
 #   128 GiB: 107.52 GiB (antirez/ds4#893)                                                        -> 0.84
 MAC_WORKING_SET_SHARE = ((16 * GiB, 2 / 3), (96 * GiB, 3 / 4), (None, 0.84))
-MAC_SOURCES = "exo-explore/exo#1672, AlexsJones/llmfit#754, sgl-project/sglang#29949, ggml-org/llama.cpp#1870, antirez/ds4#893"
+MAC_SOURCES = ("exo-explore/exo#1672, AlexsJones/llmfit#754, sgl-project/sglang#29949, ggml-org/llama.cpp#1870, "
+               "antirez/ds4#893")
 
 
 @dataclass(frozen=True)

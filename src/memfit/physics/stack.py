@@ -61,8 +61,8 @@ def resolve_precision(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, str |
     ckpt = spec.checkpoint_dtype
     if ckpt == "fp32":
         # An fp32 checkpoint loads in fp32; with Trainer bf16=True that is fp32 weights + bf16 autocast.
-        return "bf16-mixed", (f"precision auto: the checkpoint is fp32 (config dtype), so weights load in fp32 and "
-                              f"train under bf16 autocast (bf16-mixed)")
+        return "bf16-mixed", ("precision auto: the checkpoint is fp32 (config dtype), so weights load in fp32 and "
+                              "train under bf16 autocast (bf16-mixed)")
     return ckpt, f"precision auto: weights load in the checkpoint dtype ({ckpt})"
 
 

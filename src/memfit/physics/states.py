@@ -125,7 +125,8 @@ def optimizer_state_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -
                 device += b * k
         return device + 2 * 256 * 4, paged, "uint8 states + fp32 absmax per 256 (bitsandbytes >= 0.44)"
     if opt == "adafactor":
-        return _adafactor_bytes(spec, stack), 0, "factored second moment rows+cols in fp32, no first moment (transformers Adafactor)"
+        return (_adafactor_bytes(spec, stack), 0,
+                "factored second moment rows+cols in fp32, no first moment (transformers Adafactor)")
     raise AssertionError(f"unhandled optimizer {opt}")  # setup validation makes this unreachable
 
 
