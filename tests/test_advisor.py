@@ -114,3 +114,37 @@ def test_thin_margin_warning_says_how_far_it_can_grow():
     est = estimate(spec, tight)
     messages = {w["code"]: w["message"] for w in warnings_for(spec, tight, est, hw, verdict(est, hw))}
     assert f"longest length at this batch: {longest}" in messages["thin-margin"]
+
+
+def test_each_lever_is_the_estimate_of_its_setup():
+    spec, hw = load_model("meta-llama/Llama-3.1-8B"), load_hardware(gpu="a100-40gb")
+    setup = TrainingSetup(method="full", batch_size=2, seq_len=2048)
+    found = {s.change: s for s in suggest(spec, setup, hw, "meta-llama/Llama-3.1-8B", ["--gpu", "a100-40gb"])}
+    longest = max_int(spec, setup, hw, "seq_len", 64).value
+    expected = {
+        "gradient checkpointing": setup.replace(grad_ckpt=True),
+        "chunked cross-entropy": setup.replace(chunked_ce=True),
+        "8-bit optimizer": setup.replace(optimizer="adamw-8bit"),
+        "paged 8-bit optimizer": setup.replace(optimizer="paged-adamw-8bit"),
+        "QLoRA": TrainingSetup.from_recipe("hf", method="qlora", batch_size=2, seq_len=2048, grad_ckpt=False),
+        "LoRA instead of full fine-tuning": TrainingSetup(method="lora", batch_size=2, seq_len=2048),
+    }
+    if longest:
+        expected[f"max length {longest}"] = setup.replace(seq_len=longest)
+    for change, new_setup in expected.items():
+        assert found[change].device_bytes == estimate(spec, new_setup).device_bytes, change
+    qwen = load_model("Qwen/Qwen2.5-7B")
+    smaller = [s for s in suggest(qwen, setup, hw, "Qwen/Qwen2.5-7B", []) if s.change.startswith("smaller model")]
+    best = biggest_model(setup, hw, "qwen2.5").value
+    assert best == "Qwen/Qwen2.5-1.5B" and smaller[0].args["model"] == best   # 3B full needs 46.8 GiB
+    assert smaller[0].device_bytes == estimate(load_model(best), setup).device_bytes
+
+
+def test_dataset_coverage_in_the_length_advice(tmp_path):
+    from memfit.dataset import length_stats
+
+    spec, hw = load_model("meta-llama/Llama-3.1-8B"), load_hardware(gpu="rtx-4090")
+    setup = TrainingSetup(method="lora", seq_len=8192)
+    stats = length_stats([100] * 98 + [3000, 9000], "text", 8192)
+    lever = next(s for s in suggest(spec, setup, hw, "x", [], dataset=stats) if s.change.startswith("max length"))
+    assert f"p99 of your dataset is {stats.p99} tokens" in lever.cost

@@ -20,6 +20,8 @@ from .units import GB, gib
 # Cost ranks: lower is cheaper. The sentence is what the change costs the user.
 COSTS = {
     "optimizer-8bit": (1, "8-bit optimizer states: no measurable quality cost in practice (Dettmers et al. 2021)"),
+    "optimizer-paged": (2, "paged 8-bit states live in CUDA managed memory, moved to host RAM under pressure: "
+                           "slower when it pages"),
     "grad-ckpt": (2, "about 20-30% slower: each layer is recomputed during backward"),
     "chunked-ce": (2, "needs a chunked or fused cross-entropy (Liger kernel, torchtune's chunked loss)"),
     "grad-accum": (2, "same effective batch, slower steps (less work per kernel)"),
@@ -127,6 +129,9 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware):
     if setup.optimizer in ("adamw", "adamw-fused", "adamw-loop", "adamw-bnb", "paged-adamw"):
         yield ("8-bit optimizer", {"--optimizer": "adamw-8bit"}, setup.replace(optimizer="adamw-8bit"), spec,
                "optimizer-8bit")
+    if setup.method == "full" and setup.optimizer != "paged-adamw-8bit":
+        yield ("paged 8-bit optimizer", {"--optimizer": "paged-adamw-8bit"},
+               setup.replace(optimizer="paged-adamw-8bit"), spec, "optimizer-paged")
     if not setup.grad_ckpt:
         yield ("gradient checkpointing", {"--grad-ckpt": True}, setup.replace(grad_ckpt=True), spec, "grad-ckpt")
     if not setup.chunked_ce:
