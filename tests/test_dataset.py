@@ -108,3 +108,16 @@ def test_bad_dataset_files(tmp_path, tokenizer):
         token_lengths(str(odd), tokenizer)
     with pytest.raises(SourceError, match="unknown dataset format"):
         token_lengths(str(tmp_path / "x.txt"), tokenizer) if (tmp_path / "x.txt").write_text("a") else None
+
+
+def test_chat_template_from_a_model_directory(tmp_path, tokenizer):
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(tokenizer), unk_token="[UNK]")
+    fast.chat_template = "{% for m in messages %}<|{{ m.role }}|> {{ m.content }} {% endfor %}"
+    model_dir = tmp_path / "model"
+    fast.save_pretrained(str(model_dir))
+    lengths, layout = token_lengths(_write(tmp_path, "chat", "jsonl"), str(model_dir))
+    # each role marker is one (unknown) word: two per example, as with the plain join, but now from the template
+    assert layout == "chat" and sorted(lengths) == [n + 2 for n in LENGTHS]

@@ -115,7 +115,7 @@ class _Tokenizer:
             tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
             self.encode = lambda text: len(tok(text, add_special_tokens=True)["input_ids"])
             if getattr(tok, "chat_template", None):
-                self.chat = lambda messages: len(tok.apply_chat_template(messages, tokenize=True))
+                self.chat = lambda messages: _count_ids(tok.apply_chat_template(messages, tokenize=True))
             return
         file = path / "tokenizer.json" if path.is_dir() else path
         if not file.is_file():
@@ -144,6 +144,14 @@ class _Tokenizer:
             parts = [record["instruction"], record.get("input") or "", record["output"]]
             return self.encode("\n".join(p for p in parts if p))
         return self.encode(str(record["text"]))
+
+
+def _count_ids(encoded) -> int:
+    """apply_chat_template returns a list of ids (transformers v4) or a BatchEncoding (v5)."""
+    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    return len(ids)
 
 
 # ---- the check ------------------------------------------------------------------------------------------------
