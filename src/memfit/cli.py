@@ -56,7 +56,12 @@ def add_setup_args(p: argparse.ArgumentParser) -> None:
                    help="QLoRA: prepare_model_for_kbit_training's fp32 upcast of norms/embeddings/lm_head")
     g.add_argument("--padding", action="store_true", default=None, help="batches carry a padding mask")
     g.add_argument("--recipe", default="hf", help="hf|torchtune|litgpt|unsloth|axolotl|pytorch|mlx (default hf)")
-    g.add_argument("--gpus", type=_int, help="number of GPUs (only 1 is supported for now)")
+    g.add_argument("--gpus", type=_int, help="GPUs per node (default 1)")
+    g.add_argument("--nodes", type=_int, help="nodes (default 1)")
+    g.add_argument("--shard", choices=["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op",
+                                       "hsdp"], help="data-parallel layout (default none; required above 1 GPU)")
+    g.add_argument("--offload", choices=["none", "optimizer", "optimizer+params"],
+                   help="ZeRO / FSDP CPU offload (default none)")
 
 
 def add_hardware_args(p: argparse.ArgumentParser) -> None:
@@ -66,6 +71,7 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory", help="a card's own memory, e.g. 24GiB (never system RAM)")
     g.add_argument("--mac", help="an Apple-silicon Mac's unified memory, e.g. 36GB")
     g.add_argument("--mac-wired-limit", help="override the Mac's GPU limit (sysctl iogpu.wired_limit_mb)")
+    g.add_argument("--host-ram", help="the machine's RAM, checked against what --offload moves to it (e.g. 256GB)")
 
 
 def add_dataset_args(p: argparse.ArgumentParser) -> None:

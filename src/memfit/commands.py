@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .units import gib
+
 from .errors import InvalidSetupError
 
 SETUP_FLAGS = {  # flag -> TrainingSetup field
@@ -11,7 +13,8 @@ SETUP_FLAGS = {  # flag -> TrainingSetup field
     "optimizer": "optimizer", "grad_ckpt": "grad_ckpt", "attn": "attn", "lora_rank": "lora_rank",
     "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "quant": "quant", "grad_accum": "grad_accum",
     "chunked_ce": "chunked_ce", "optimizer_in_backward": "optimizer_in_backward", "gpus": "gpus",
-    "kbit_upcast": "kbit_upcast", "padding": "padding", "reentrant": "ckpt_reentrant",
+    "kbit_upcast": "kbit_upcast", "padding": "padding", "reentrant": "ckpt_reentrant", "nodes": "nodes",
+    "shard": "shard", "offload": "offload",
 }
 
 
@@ -93,6 +96,7 @@ def cmd_estimate(args) -> str:
     warnings = warnings_for(spec, setup, est, hardware, ver)
     if stats is not None:
         warnings += length_warnings(stats)
+    host = host_verdict(args, est)
     suggestions = []
     if ver is not None and ver.status != "fits" and not spec.is_rule_of_thumb:
         suggestions = suggest(spec, setup, hardware, args.model, hardware_args(args, hardware),
@@ -103,11 +107,31 @@ def cmd_estimate(args) -> str:
             extra["suggestions"] = [s.as_dict() for s in suggestions]
         if stats is not None:
             extra["dataset"] = stats.as_dict()
+        if host:
+            extra["host_verdict"] = host
         return dumps(estimate_dict(est, ver, extra))
     from .dataset import render_stats
 
     head = render_stats(stats) + "\n\n" if stats is not None else ""
-    return head + render_estimate(est, ver, explicit) + render_advice(ver, suggestions, warnings)
+    tail = ""
+    if host:
+        tail = (f"\nhost RAM: {host['status'].upper()}: offload needs {gib(host['needed_bytes'])} of "
+                f"{gib(host['usable_bytes'])}")
+    return head + render_estimate(est, ver, explicit) + tail + render_advice(ver, suggestions, warnings)
+
+
+def host_verdict(args, est) -> dict | None:
+    """The second verdict: the CPU RAM offload needs against --host-ram."""
+    if getattr(args, "host_ram", None) is None:
+        return None
+    from .units import parse_size
+
+    ram = parse_size(args.host_ram, "--host-ram")
+    # Keep a quarter of the RAM for the OS, the data loader and the framework (a stated planning margin).
+    usable = int(ram * 0.75)
+    status = "fits" if est.host_bytes <= usable else "does-not-fit"
+    return {"status": status, "needed_bytes": est.host_bytes, "ram_bytes": ram, "usable_bytes": usable,
+            "margin_bytes": usable - est.host_bytes, "note": "usable = 3/4 of RAM (OS, data loading, framework)"}
 
 
 def dataset_lengths(args):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .params import count_params, layer_linears
 from .physics import activations as act
-from .physics import states
+from .physics import sharding, states
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
@@ -55,6 +55,7 @@ class Estimate:
     assumptions: tuple[str, ...]
     kind: str = "analytic"             # "analytic" | "rule-of-thumb"
     extra: dict = field(default_factory=dict)
+    host_bytes: int = 0                # CPU RAM that offload moves off the GPU (per node)
 
     def component(self, name: str) -> int:
         return sum(c.bytes for c in self.components if c.name == name)
@@ -96,7 +97,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
         range_low_bytes=low, range_high_bytes=high,
         paged_bytes=static["paged"], download_bytes=static["download"], assumptions=static["assumptions"],
-        extra={"expected_error": band} if band else {},
+        extra={"expected_error": band} if band else {}, host_bytes=static["sharded"]["host"],
     )
 
 
@@ -177,7 +178,11 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "backward temporaries": "one layer's backward: grads of its output and MLP intermediates",
         "cuBLAS workspace": "cuBLAS/cuBLASLt workspaces, allocated through the caching allocator",
         "embedding and head activations": "embedding indices, final norm, lm_head input, labels",
+        "master weights": "fp32 master copy of the trainable weights, sharded (DeepSpeed ZeRO)",
+        "gathered parameters": "unsharded parameters in flight while a GPU computes (ZeRO-3 / FSDP all-gather)",
+        "communication buffers": "DDP gradient buckets, or one layer's unsharded gradient for reduce-scatter",
     }
+    static["sharded"] = sharding.apply(static, spec, setup, stack)
     band = error_band(setup.method)
     static["error_band"] = band
     static["assumptions"] = tuple(_assumptions(spec, setup, stack, static)) + ((
@@ -190,6 +195,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
 def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
     """The parts that grow with batch size and length, from the cached per-token coefficients."""
     stack = static["stack"]
+    static = static["sharded"]
     T, s = setup.batch_size * setup.seq_len, setup.seq_len
     per_token, per_position = static["layer_coeffs"]
     layer_act = T * (per_token + per_position * s)
@@ -202,7 +208,9 @@ def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
 
 def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dict[str, dict[str, int]]:
     state = {"weights": p["weights"], "quantization constants": p["quant"], "adapter weights": p["adapter"],
-             "optimizer state": p["opt"], "cuBLAS workspace": CUBLAS_WORKSPACE_BYTES}
+             "master weights": p["master"], "optimizer state": p["opt"],
+             "gathered parameters": p["gathered"], "communication buffers": p["comm"],
+             "cuBLAS workspace": CUBLAS_WORKSPACE_BYTES}
     accum_grads = p["grads"] if setup.grad_accum > 1 else 0   # grads persist across micro-batches
     loss = p["loss"]
     if setup.grad_ckpt:
@@ -285,6 +293,12 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
         out.append("parameter count read from the safetensors headers")
     if setup.grad_accum > 1:
         out.append(f"gradient accumulation {setup.grad_accum}: gradients stay allocated between micro-batches")
+    if setup.shard != "none":
+        where = f"{setup.world_size} GPUs" + (f" on {setup.nodes} nodes" if setup.nodes > 1 else "")
+        out.append(f"per-GPU figures: {setup.shard} over {where}, state sharded {setup.shard_degree} ways"
+                   + (f", {setup.offload} offloaded to CPU" if setup.offload != "none" else "")
+                   + ("; DeepSpeed's mixed-precision Adam (fp32 master, grads and moments)"
+                      if setup.shard.startswith("zero") else ""))
     return out
 
 

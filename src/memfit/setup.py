@@ -31,6 +31,8 @@ OPTIMIZER_ALIASES = {"adamw-torch": "adamw", "adamw_torch": "adamw", "adamw_torc
                      "paged-adamw-32bit": "paged-adamw", "adam": "adamw", "adamw-foreach": "adamw"}
 ATTENTION = ("sdpa", "flash", "eager")
 QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
+SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
+OFFLOADS = ("none", "optimizer", "optimizer+params")
 LOSSES = ("hf", "plain", "chunked-fp32", "chunked-kept", "fused")
 
 # Past these a number is a typo, not a plan: no single device trains 1M tokens per micro-batch.
@@ -56,7 +58,10 @@ class TrainingSetup:
     chunked_ce: bool = False
     optimizer_in_backward: bool = False
     recipe: str = "hf"
-    gpus: int = 1
+    gpus: int = 1                    # GPUs per node
+    nodes: int = 1
+    shard: str = "none"              # none | ddp | zero1 | zero2 | zero3 | fsdp | fsdp-shard-grad-op | hsdp
+    offload: str = "none"            # none | optimizer | optimizer+params
     kbit_upcast: bool = False        # peft.prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
     padding: bool = False            # batches carry a padding mask (attention_mask with zeros)
     ckpt_reentrant: bool = False     # torch.utils.checkpoint use_reentrant=True (transformers v4's default)
@@ -111,8 +116,20 @@ class TrainingSetup:
                      f"{','.join(ALL_TARGETS)}")
         if not isinstance(self.lora_dropout, (int, float)) or not 0.0 <= self.lora_dropout < 1.0:
             p.append(f"LoRA dropout must be in [0, 1), got {self.lora_dropout!r}")
-        if self.gpus != 1 and isinstance(self.gpus, int) and self.gpus >= 1:
-            p.append("multi-GPU estimates (--gpus > 1) are not supported yet; memfit estimates one GPU")
+        if self.shard not in SHARDS:
+            p.append(f"sharding {self.shard!r} is not one of {', '.join(SHARDS)}")
+        if self.offload not in OFFLOADS:
+            p.append(f"offload {self.offload!r} is not one of {', '.join(OFFLOADS)}")
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= 4096:
+            p.append(f"nodes must be an integer from 1 to 4096, got {self.nodes!r}")
+        if self.world_size > 1 and self.shard == "none":
+            p.append("more than one GPU needs a layout: --shard ddp|zero1|zero2|zero3|fsdp|fsdp-shard-grad-op|hsdp")
+        if self.offload != "none" and self.shard not in ("zero1", "zero2", "zero3", "fsdp", "hsdp"):
+            p.append(f"--offload {self.offload} needs ZeRO or FSDP sharding (got {self.shard})")
+        if self.offload == "optimizer+params" and self.shard not in ("zero3", "fsdp", "hsdp"):
+            p.append("offloading parameters needs --shard zero3 or fsdp")
+        if self.shard == "hsdp" and self.nodes < 2:
+            p.append("hsdp shards within a node and replicates across nodes: give --nodes 2 or more")
         if self.method == "qlora" and self.precision in ("fp32",):
             p.append("QLoRA computes in 16-bit; precision fp32 contradicts it (use bf16 or fp16)")
         if self.ckpt_reentrant and not self.grad_ckpt:
@@ -127,7 +144,18 @@ class TrainingSetup:
         return (self.method, self.precision, self.optimizer, self.grad_ckpt, self.attn, self.lora_rank,
                 self.lora_targets, self.lora_dropout, self.quant, self.grad_accum, self.chunked_ce,
                 self.optimizer_in_backward, self.recipe, self.gpus, self.kbit_upcast, self.padding,
-                self.ckpt_reentrant)
+                self.ckpt_reentrant, self.nodes, self.shard, self.offload)
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus * self.nodes if isinstance(self.gpus, int) and isinstance(self.nodes, int) else 1
+
+    @property
+    def shard_degree(self) -> int:
+        """Over how many GPUs model state is split (HSDP: the GPUs of one node; DDP: none)."""
+        if self.shard in ("none", "ddp"):
+            return 1
+        return self.gpus if self.shard == "hsdp" else self.world_size
 
     @property
     def tokens(self) -> int:

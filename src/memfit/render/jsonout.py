@@ -28,6 +28,7 @@ def estimate_dict(est: Estimate, verdict: Verdict | None = None, extra: dict | N
         "peak_phase": est.peak_phase,
         "phases": [{"name": name, "allocated_bytes": nbytes} for name, nbytes in est.phases],
         "paged_bytes": est.paged_bytes,
+        "host_bytes": est.host_bytes,
         "download_bytes": est.download_bytes,
         "assumptions": list(est.assumptions),
     }

@@ -62,6 +62,8 @@ def render_estimate(est: Estimate, verdict: Verdict | None = None, explicit: fro
         lines.append(f"  peak reserved   {gib(est.peak_reserved_bytes):>11}   torch.cuda.max_memory_reserved")
         lines.append(f"  device          {gib(est.device_bytes):>11}   nvidia-smi (reserved + CUDA context)")
         lines.append(f"  range           {gib(est.range_low_bytes)} - {gib(est.range_high_bytes)}")
+    if est.host_bytes:
+        lines.append(f"  host RAM        {gib(est.host_bytes):>11}   moved to the CPU by offload (per node)")
     if est.paged_bytes:
         lines.append(f"  paged optimizer state  {human(est.paged_bytes)} in CUDA managed memory (outside these)")
     if verdict is not None:
