@@ -95,3 +95,75 @@ def test_largest_layer_matches_deepspeeds_definition(model):
     # deepspeed stage3.model_to_params: params owned directly (recurse=False) by the largest module
     expected = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in built.modules())
     assert largest_layer_params(load_model(model)) == expected
+
+
+CONFIG_CASES = [
+    ("llama-3.1-8b", dict(method="full", gpus=8, shard="zero3", offload="optimizer", batch_size=2, grad_accum=4)),
+    ("qwen2.5-7b", dict(method="full", gpus=4, shard="zero2")),
+    ("qwen2.5-7b", dict(method="lora", gpus=2, nodes=2, shard="zero1")),
+    ("gemma-2-9b", dict(method="full", gpus=8, shard="zero3", offload="optimizer+params")),
+]
+
+
+@pytest.mark.parametrize("model,kw", CONFIG_CASES)
+def test_deepspeed_config_loads_in_deepspeed(model, kw):
+    _ds()
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    from memfit.engine_config import deepspeed_config
+
+    setup = TrainingSetup(**kw)
+    cfg = DeepSpeedConfig(deepspeed_config(load_model(model), setup))
+    assert cfg.zero_optimization_stage == int(setup.shard[-1])
+    assert cfg.train_micro_batch_size_per_gpu == setup.batch_size
+    assert cfg.gradient_accumulation_steps == setup.grad_accum
+    assert cfg.zero_config.offload_optimizer is not None if setup.offload != "none" else True
+
+
+@pytest.mark.parametrize("model,shard,nodes", [("llama-3.1-8b", "fsdp", 1), ("qwen3-8b", "fsdp-shard-grad-op", 1),
+                                               ("mistral-7b-v0.1", "hsdp", 2), ("phi-3-mini-4k", "fsdp", 1),
+                                               ("gpt2", "fsdp", 1), ("gemma-2-9b", "fsdp", 1)])
+def test_accelerate_fsdp_config_loads_in_accelerate(tmp_path, model, shard, nodes):
+    accelerate = pytest.importorskip("accelerate")
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    import yaml
+    from accelerate.commands.config.config_args import ClusterConfig
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    from memfit.engine_config import accelerate_fsdp_config
+    from memfit.sources.catalog import find_entry
+
+    spec = load_model(model)
+    setup = TrainingSetup(method="full", gpus=4, nodes=nodes, shard=shard, grad_ckpt=True)
+    data = accelerate_fsdp_config(spec, setup)
+    path = tmp_path / "fsdp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    loaded = ClusterConfig.from_yaml_file(str(path))
+    assert str(loaded.distributed_type).endswith("FSDP") and loaded.num_processes == 4 * nodes
+    fsdp = {k.removeprefix("fsdp_"): v for k, v in loaded.fsdp_config.items()}
+    layer = fsdp.pop("transformer_layer_cls_to_wrap")
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=fsdp["version"], auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=[layer], cpu_offload=fsdp["offload_params"],
+        state_dict_type=fsdp["state_dict_type"], activation_checkpointing=fsdp["activation_checkpointing"],
+        **({"reshard_after_forward": fsdp["reshard_after_forward"]} if "reshard_after_forward" in fsdp else
+           {"sharding_strategy": fsdp["sharding_strategy"]}))
+    assert plugin.fsdp_version == fsdp["version"]
+    # The wrap class is the decoder layer transformers really builds for this model.
+    config = transformers.AutoConfig.for_model(**find_entry(model)["config"])
+    with torch.device("meta"):
+        built = transformers.AutoModelForCausalLM.from_config(config)
+    assert layer in {type(m).__name__ for m in built.modules()}
+
+
+def test_config_command_writes_a_file(tmp_path):
+    from memfit.cli import main
+
+    out = tmp_path / "ds.json"
+    assert main(["config", "llama-3.1-8b", "--engine", "deepspeed", "--method", "full", "--gpus", "8", "--shard",
+                 "zero2", "-o", str(out)]) == 0
+    import json
+
+    assert json.loads(out.read_text())["zero_optimization"]["stage"] == 2
+    assert main(["config", "llama-3.1-8b", "--engine", "accelerate-fsdp", "--gpus", "8", "--shard", "zero2"]) == 1

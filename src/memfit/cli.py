@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataset_args(p)
     add_format(p)
 
+    p = sub.add_parser("config", help="print a DeepSpeed JSON or accelerate FSDP config for the plan")
+    p.add_argument("model")
+    p.add_argument("--engine", required=True, choices=["deepspeed", "accelerate-fsdp"])
+    p.add_argument("-o", "--output", help="write the config to this file instead of printing it")
+    add_setup_args(p)
+
     p = sub.add_parser("explain", help="walk through the bytes per weight and every phase of the step")
     p.add_argument("model")
     add_setup_args(p)
@@ -142,10 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 from .commands import (  # noqa: E402  (after the parser helpers they use)
-    cmd_estimate, cmd_explain, cmd_gpus, cmd_max, cmd_models, cmd_plan, cmd_rule, cmd_trace)
+    cmd_config, cmd_estimate, cmd_explain, cmd_gpus, cmd_max, cmd_models, cmd_plan, cmd_rule, cmd_trace)
 
 COMMANDS = {"estimate": cmd_estimate, "trace": cmd_trace, "max": cmd_max, "plan": cmd_plan,
-            "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus, "rule": cmd_rule}
+            "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus, "rule": cmd_rule,
+            "config": cmd_config}
 
 
 def main(argv: list[str] | None = None) -> int:

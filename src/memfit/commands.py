@@ -265,6 +265,27 @@ def cmd_plan(args) -> str:
     return "\n".join(lines)
 
 
+def cmd_config(args) -> str:
+    from pathlib import Path
+
+    from .engine_config import render_config
+    from .errors import SourceError
+    from .sources import load_model
+
+    spec = load_model(args.model)
+    if spec.is_rule_of_thumb:
+        raise InvalidSetupError("a bare size has no architecture to configure; name a model or a config.json")
+    setup, _ = setup_from_args(args, spec)
+    text = render_config(spec, setup, args.engine)
+    if args.output:
+        try:
+            Path(args.output).write_text(text + "\n")
+        except OSError as exc:
+            raise SourceError(f"{args.output}: cannot write ({exc.strerror or exc})") from None
+        return f"wrote {args.output} ({args.engine}, {setup.shard} over {setup.world_size} GPUs)"
+    return text
+
+
 def cmd_explain(args) -> str:
     from .explain import explain
     from .render.jsonout import dumps
