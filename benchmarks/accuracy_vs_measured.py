@@ -62,8 +62,10 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
     notes = []
     if row["method"] == "other":
         raise Unexpressible(f"PEFT method {row['variant']} is not modelled (LoRA, QLoRA and full only)")
-    if row["shard"] != "none" or int(row["n_gpus"]) > 1:
-        raise Unexpressible(f"{row['n_gpus']} GPUs with {row['shard']}: multi-GPU layouts are not modelled yet")
+    gpus = int(row["n_gpus"])
+    shard = row["shard"] if row["shard"] != "none" else ("ddp" if gpus > 1 else "none")
+    if shard not in ("none", "ddp", "fsdp", "zero2", "zero3"):
+        raise Unexpressible(f"sharding {row['shard']} has no memfit equivalent")
     if row["optimizer"] == "other":
         raise Unexpressible("optimizer 'other' has no memfit equivalent")
     if row["quant"] not in ("none", "nf4", "nf4-dq", "int8"):
@@ -74,7 +76,7 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
     kw = dict(method=row["method"], batch_size=int(row["micro_batch"]), seq_len=int(row["seq_len"]),
               precision=row["precision"], optimizer=row["optimizer"], grad_ckpt=row["grad_ckpt"] == "1",
               attn=row["attn"], chunked_ce=row["chunked_ce"] == "1",
-              optimizer_in_backward=row["optimizer_in_backward"] == "1")
+              optimizer_in_backward=row["optimizer_in_backward"] == "1", gpus=gpus, shard=shard)
     if row["method"] in ("lora", "qlora"):
         targets = row["lora_targets"]
         if "head" in targets:

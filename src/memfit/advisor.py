@@ -30,6 +30,8 @@ COSTS = {
     "qlora": (4, "4-bit frozen base: a small quality cost, slower matmuls (dequantization)"),
     "lora": (5, "trains an adapter instead of every weight"),
     "smaller-model": (6, "a smaller model of the same family: lower quality"),
+    "more-gpus": (4, "more GPUs: the same training, its state sharded across them (more hardware, some "
+                     "communication overhead)"),
 }
 
 
@@ -72,6 +74,9 @@ def command_for(model_ref: str, setup: TrainingSetup, hardware_args: list[str]) 
     for field, flag in (("grad_ckpt", "--grad-ckpt"), ("chunked_ce", "--chunked-ce")):
         if getattr(setup, field) != getattr(defaults, field):
             parts.append(flag if getattr(setup, field) else "--no-" + flag[2:])
+    for field, flag in (("gpus", "--gpus"), ("nodes", "--nodes"), ("shard", "--shard"), ("offload", "--offload")):
+        if getattr(setup, field) != getattr(defaults, field):
+            parts += [flag, str(getattr(setup, field))]
     for field, flag in (("optimizer_in_backward", "--optimizer-in-backward"), ("kbit_upcast", "--kbit-upcast"),
                         ("padding", "--padding"), ("ckpt_reentrant", "--reentrant")):
         if getattr(setup, field):
@@ -159,6 +164,12 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware):
         yield ("LoRA instead of full fine-tuning", {"--method": "lora"}, TrainingSetup.from_recipe(
             setup.recipe, method="lora", batch_size=setup.batch_size, seq_len=setup.seq_len,
             grad_ckpt=setup.grad_ckpt, attn=setup.attn, grad_accum=setup.grad_accum), spec, "lora")
+    sharded = _sharded(spec, setup, hardware)
+    if sharded:
+        yield (f"{sharded.world_size} GPUs with {sharded.shard}"
+               + (f" and {sharded.offload} offload" if sharded.offload != "none" else ""),
+               {"--gpus": sharded.gpus, "--shard": sharded.shard, "--offload": sharded.offload}, sharded, spec,
+               "more-gpus")
     if spec.source.startswith("catalog:"):
         from .sources.catalog import find_entry, spec_from_entry
 
@@ -167,6 +178,21 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware):
         if result and result.value and result.value != spec.name:
             yield (f"smaller model {result.value}", {"model": result.value}, setup,
                    spec_from_entry(find_entry(result.value)), "smaller-model")
+
+
+def _sharded(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> TrainingSetup | None:
+    """The fewest GPUs of this kind, and the lightest layout, that fit (up to 8 GPUs on one node)."""
+    if setup.nodes > 1:
+        return None
+    layouts = (("zero2", "none"), ("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer"))
+    for gpus in (2, 4, 8):
+        if gpus <= setup.gpus:
+            continue
+        for shard, offload in layouts:
+            candidate = setup.replace(gpus=gpus, shard=shard, offload=offload)
+            if estimate(spec, candidate).device_bytes <= hardware.usable_bytes:
+                return candidate
+    return None
 
 
 def _smaller_batch(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> TrainingSetup | None:
