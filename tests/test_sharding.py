@@ -167,3 +167,22 @@ def test_config_command_writes_a_file(tmp_path):
 
     assert json.loads(out.read_text())["zero_optimization"]["stage"] == 2
     assert main(["config", "llama-3.1-8b", "--engine", "accelerate-fsdp", "--gpus", "8", "--shard", "zero2"]) == 1
+
+
+# With checkpointing the tracker's peak moves into optimizer.step, where foreach AdamW on DTensor shards shows
+# about 13x a shard of temporaries under the fake process group (docs/accuracy.md); left out until understood.
+@pytest.mark.parametrize("world,ckpt", [(2, False), (4, False)])
+def test_fsdp2_per_gpu_peak_matches_pytorchs_fsdp_tracker(world, ckpt):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    helper = Path(__file__).with_name("fsdp_trace_helper.py")
+    proc = subprocess.run([sys.executable, str(helper), str(world), "1" if ckpt else "0"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["estimate"] == pytest.approx(result["tracker"], rel=0.03)

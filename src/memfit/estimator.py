@@ -207,9 +207,11 @@ def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
 
 
 def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dict[str, dict[str, int]]:
+    # DDP's gradient buckets live as long as the model; FSDP's reduce-scatter buffer only inside backward.
+    persistent_comm = p["comm"] if setup.shard == "ddp" else 0
     state = {"weights": p["weights"], "quantization constants": p["quant"], "adapter weights": p["adapter"],
              "master weights": p["master"], "optimizer state": p["opt"],
-             "gathered parameters": p["gathered"], "communication buffers": p["comm"],
+             "gathered parameters": p["gathered"], "communication buffers": persistent_comm,
              "cuBLAS workspace": CUBLAS_WORKSPACE_BYTES}
     accum_grads = p["grads"] if setup.grad_accum > 1 else 0   # grads persist across micro-batches
     loss = p["loss"]
@@ -242,11 +244,13 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
     # Past the lm_head's backward: without checkpointing the layers' casts are still saved; with it, only the
     # recomputed layer's exist.
     top_casts = p["casts"] - p["head_cast"] if not setup.grad_ckpt else p["layer_casts"]
-    phases["layer backward (top)"] = {**state, "gradients": top_grads, "autocast weight copies": top_casts,
+    busy = dict(state, **{"gathered parameters": p.get("gathered_busy", p["gathered"]),
+                          "communication buffers": p["comm"]})
+    phases["layer backward (top)"] = {**busy, "gradients": top_grads, "autocast weight copies": top_casts,
                                       **top_saved, **head, "backward temporaries": temps}
     if stack.base_trainable and not setup.optimizer_in_backward:
         # Near the bottom, almost every gradient exists (the embedding's comes last).
-        phases["layer backward (bottom)"] = {**state, "gradients": p["grads"] - p["embed_grad"],
+        phases["layer backward (bottom)"] = {**busy, "gradients": p["grads"] - p["embed_grad"],
                                              "autocast weight copies": p["layer_casts"], **bottom_saved,
                                              "embedding and head activations": p["head_act"],
                                              "backward temporaries": temps}

@@ -89,9 +89,12 @@ def _fsdp(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
     layer = counts.per_layer
     sharded_weights = (parts["weights"] + parts["quant"] + parts["adapter"]) // n
     if setup.shard == "fsdp-shard-grad-op":
-        gathered = counts.total * compute
+        gathered = gathered_busy = counts.total * compute
     else:
-        gathered = (root + 2 * layer) * compute
+        # Between layers (end of forward, loss, optimizer step) the root plus the one layer being prefetched
+        # are unsharded; inside a layer's backward, the current and the prefetched layer (FSDPMemTracker on a
+        # fake process group shows exactly this, tests/test_sharding.py).
+        gathered, gathered_busy = (root + layer) * compute, (root + 2 * layer) * compute
     grad_bytes = parts["grads"] // max(parts["trainable_params"], 1) if parts["trainable_params"] else 0
     comm = layer * grad_bytes if stack.base_trainable else 0
     weights, grads, opt = sharded_weights, parts["grads"] // n, parts["opt"] // n
@@ -101,7 +104,7 @@ def _fsdp(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
         weights, grads, opt = 0, 0, 0
     scale = grads / max(parts["grads"], 1)
     return dict(parts, weights=weights, quant=0, adapter=0, grads=grads, opt=opt, master=0,
-                step_temp=parts["step_temp"] // n if setup.offload == "none" else 0,
+                gathered_busy=gathered_busy, step_temp=parts["step_temp"] // n if setup.offload == "none" else 0,
                 head_grad=int(parts["head_grad"] * scale), embed_grad=int(parts["embed_grad"] * scale),
                 tied_grad_extra=int(parts["tied_grad_extra"] * scale), gathered=gathered, comm=comm, host=host)
 
