@@ -41,8 +41,15 @@ KNOWN_GAPS = """## Known gaps and their causes
 - **Full fine-tuning rows from plain PyTorch GPT-2 (nanoGPT-style code) are over-predicted** (up to +48%):
   that code is not the transformers model memfit walks (its own attention and GELU, fused LayerNorm), and
   the rows use `max_memory_reserved`, whose fragmentation memfit prices at a flat 10%.
-- **Multi-GPU rows (FSDP, DDP) and PEFT methods other than LoRA** (DoRA, IA3, prompt tuning, ...) are not
-  expressible yet and are listed below rather than dropped.
+- **LitGPT's FSDP full fine-tuning rows are under-predicted** (gemma-2b on 4 GPUs by 40%; two OOM rows are
+  predicted to fit) while memfit's FSDP2 layout matches PyTorch's own `FSDPMemTracker` within 0.1% on a fake
+  process group. LitGPT runs FSDP1 and loads a full (unsharded) state dict, and its figures appear to include
+  that loading peak; the same cause would explain the QLoRA gap above.
+- **FSDP2 with checkpointing**: under the fake process group the tracker's peak moves into `optimizer.step`,
+  where foreach AdamW on DTensor shards shows about 13x a shard of temporaries; not modelled until confirmed
+  on a GPU.
+- **PEFT methods other than LoRA** (DoRA, IA3, prompt tuning, ...) and torch.compile runs are not expressible
+  and are listed below rather than dropped.
 - **MoE** activations assume even routing; the trace of data-dependent routing on fake tensors is not exact.
 - CPU-vs-CUDA differences the trace corrects for: optimizer implementation (passed explicitly), dropout masks
   (bool, as CUDA), attention dropout inside flash kernels, SDPA's math path in the input dtype (Falcon-7B), the
