@@ -50,8 +50,9 @@ def test_levers_by_name_with_real_numbers():
     assert ckpt.device_bytes == estimate(spec, setup.replace(grad_ckpt=True)).device_bytes
     # 8-bit states for a rank-8 adapter save almost nothing, and the advice says so.
     assert "small" in by_change["8-bit optimizer"].cost and by_change["8-bit optimizer"].saving_bytes < 2**27
-    combined = next(s for s in by_change.values() if s.args.get("combined"))
-    assert combined.fits and "QLoRA" in combined.change and "gradient checkpointing" in combined.change
+    combined = by_change["gradient checkpointing + QLoRA"]
+    assert combined.fits and combined.args == {"--method": "qlora", "--grad-ckpt": True}
+    assert combined.device_bytes == estimate(spec, setup.replace(method="qlora", grad_ckpt=True)).device_bytes
 
 
 def test_smaller_batch_keeps_the_effective_batch():

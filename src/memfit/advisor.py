@@ -105,6 +105,8 @@ def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, model_ref
             continue                       # a lever that does not save memory here is no advice
         ref = model_ref if new_spec is spec else new_spec.name
         rank, cost = COSTS[key]
+        if key == "seq-len" and new_setup.seq_len * 2 < setup.seq_len:
+            rank += 4      # cutting more than half the length is the most damaging single change
         if key == "seq-len" and dataset is not None:
             cut = sum(n for a, b, n in dataset.histogram if a > new_setup.seq_len)
             covered = "still covered" if new_setup.seq_len >= dataset.p99 else "cut"
@@ -114,10 +116,10 @@ def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, model_ref
                               device_bytes=est.device_bytes, saving_bytes=base.device_bytes - est.device_bytes,
                               cost=_honest(cost, base, est), fits=est.device_bytes <= hardware.usable_bytes,
                               rank=rank))
-    if not any(s.fits for s in out):
-        combo = _combination(spec, setup, hardware, model_ref, hardware_args, base)
-        if combo:
-            out.append(combo)
+    # The cheapest combination of the gentle levers, whether or not a single (harsher) change also fits.
+    combo = _combination(spec, setup, hardware, model_ref, hardware_args, base)
+    if combo and all(combo.command != s.command for s in out):
+        out.append(combo)
     out.sort(key=lambda s: (not s.fits, s.rank, s.device_bytes))
     return out
 
@@ -206,6 +208,20 @@ def _smaller_batch(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) ->
     return None
 
 
+_DIFF_FLAGS = (("method", "--method"), ("grad_ckpt", "--grad-ckpt"), ("chunked_ce", "--chunked-ce"),
+               ("optimizer", "--optimizer"), ("seq_len", "--seq-len"), ("batch_size", "--batch-size"),
+               ("grad_accum", "--grad-accum"), ("lora_rank", "--lora-rank"), ("gpus", "--gpus"),
+               ("shard", "--shard"), ("offload", "--offload"))
+
+
+def setup_diff(before: TrainingSetup, after: TrainingSetup) -> dict:
+    """The flags that turn `before` into `after` (what a combined suggestion changes)."""
+    args = {flag: getattr(after, field) for field, flag in _DIFF_FLAGS if getattr(after, field) != getattr(before, field)}
+    if after.lora_targets != before.lora_targets:
+        args["--lora-targets"] = ",".join(after.lora_targets)
+    return args
+
+
 def _combination(spec, setup, hardware, model_ref, hardware_args, base: Estimate) -> Suggestion | None:
     """No single lever is enough: the cheapest set of levers that fits together (every subset is tried, by
     total cost); if none does, all of them plus the longest length that then fits."""
@@ -243,7 +259,7 @@ def _combination(spec, setup, hardware, model_ref, hardware_args, base: Estimate
         chosen = (subset, candidate)
     subset, combo = chosen
     est = estimate(spec, combo)
-    return Suggestion(change=" + ".join(name for _, name, _ in subset), args={"combined": True},
+    return Suggestion(change=" + ".join(name for _, name, _ in subset), args=setup_diff(setup, combo),
                       command=command_for(model_ref, combo, hardware_args), device_bytes=est.device_bytes,
                       saving_bytes=base.device_bytes - est.device_bytes,
                       cost="; ".join(COSTS[key][1] for key, _, _ in subset),

@@ -130,6 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the config to this file instead of printing it")
     add_setup_args(p)
 
+    p = sub.add_parser("check", help="pre-flight a training config (axolotl, LLaMA-Factory, torchtune, TRL, "
+                                     "mlx-lm): does it fit, and what to edit")
+    p.add_argument("config", help="the training config file (YAML or JSON)")
+    p.add_argument("--format-of", choices=["axolotl", "llamafactory", "torchtune", "trl", "mlx"],
+                   help="force the tool (detected from the content otherwise)")
+    p.add_argument("--write-suggested", metavar="OUT", help="write the config with the best fitting change applied")
+    p.add_argument("--tokenizer", help="tokenizer for the length check of the config's local dataset")
+    add_hardware_args(p)
+    add_format(p)
+
     p = sub.add_parser("explain", help="walk through the bytes per weight and every phase of the step")
     p.add_argument("model")
     add_setup_args(p)
@@ -148,11 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 from .commands import (  # noqa: E402  (after the parser helpers they use)
-    cmd_config, cmd_estimate, cmd_explain, cmd_gpus, cmd_max, cmd_models, cmd_plan, cmd_rule, cmd_trace)
+    cmd_check, cmd_config, cmd_estimate, cmd_explain, cmd_gpus, cmd_max, cmd_models, cmd_plan, cmd_rule, cmd_trace)
 
 COMMANDS = {"estimate": cmd_estimate, "trace": cmd_trace, "max": cmd_max, "plan": cmd_plan,
             "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus, "rule": cmd_rule,
-            "config": cmd_config}
+            "config": cmd_config, "check": cmd_check}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -286,6 +286,55 @@ def cmd_config(args) -> str:
     return text
 
 
+def cmd_check(args) -> str:
+    from .preflight import check_config
+    from .preflight.check import write_suggested
+    from .render.jsonout import dumps, estimate_dict, verdict_dict
+
+    hardware = hardware_from_args(args)
+    result = check_config(args.config, hardware, args.format_of, args.tokenizer)
+    written = write_suggested(result, args.write_suggested) if args.write_suggested else None
+    m = result.mapped
+    if args.format == "json":
+        return dumps({"schema_version": 1, "tool": result.tool, "model": m.model,
+                      "setup": estimate_dict(result.estimate)["setup"], "used_keys": m.used,
+                      "defaults_assumed": m.defaults, "ignored_keys": m.ignored,
+                      "estimate": estimate_dict(result.estimate, result.verdict),
+                      "verdict": verdict_dict(result.verdict) if result.verdict else None,
+                      "suggestions": [s.as_dict() for s in result.suggestions], "warnings": result.warnings,
+                      "dataset": result.dataset.as_dict() if result.dataset else None,
+                      "written": {"path": args.write_suggested, "change": written.change} if written else None})
+    from .render.text import render_verdict
+
+    s = result.setup
+    lines = [f"{result.path}: {result.tool} config for {m.model}",
+             f"  read as: {s.method}, batch {s.batch_size} x accumulation {s.grad_accum}, length {s.seq_len}, "
+             f"{'gradient checkpointing' if s.grad_ckpt else 'no checkpointing'}, {s.optimizer}, attn {s.attn}"
+             + (f", LoRA r{s.lora_rank} {','.join(s.lora_targets)}" if s.method != "full" else "")
+             + (f", {s.shard} over {s.world_size} GPUs" if s.shard != "none" else ""),
+             f"  keys used: {', '.join(m.used)}"]
+    lines += [f"  assumed: {d}" for d in m.defaults]
+    if m.ignored:
+        lines.append(f"  ignored (no effect on memory): {', '.join(m.ignored)}")
+    est = result.estimate
+    lines.append(f"  needs {gib(est.device_bytes)} per GPU (peak at {est.peak_phase}; "
+                 f"{gib(est.peak_allocated_bytes)} allocated)")
+    if result.verdict:
+        lines.append(render_verdict(result.verdict))
+    if result.suggestions:
+        lines.append("edits, best first:")
+        for sug in result.suggestions:
+            if sug.unavailable:
+                continue
+            edits = "; ".join(f"`{k}: {sug.old.get(k)}` -> `{v}`" for k, v in sug.edits.items())
+            mark = "" if sug.fits else " (still does not fit)"
+            lines.append(f"  {edits}: {gib(sug.device_bytes)}{mark} ({sug.cost})")
+    if written:
+        lines.append(f"wrote {args.write_suggested} with: {written.change}")
+    lines += [f"warning [{w['code']}]: {w['message']}" for w in result.warnings]
+    return "\n".join(lines)
+
+
 def cmd_explain(args) -> str:
     from .explain import explain
     from .render.jsonout import dumps

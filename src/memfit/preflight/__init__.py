@@ -1,0 +1,5 @@
+"""`memfit check CONFIG`: pre-flight a training config of axolotl, LLaMA-Factory, torchtune, TRL or mlx-lm."""
+
+from .check import CheckResult, check_config
+
+__all__ = ["CheckResult", "check_config"]
