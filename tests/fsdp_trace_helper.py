@@ -54,8 +54,8 @@ def main(world: int, ckpt: bool) -> None:
         measured = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
     spec = ModelSpec.from_hf_config(CONFIG, name="fsdp-test", source="test")
     predicted = estimate(spec, setup).peak_allocated_bytes - CUBLAS_WORKSPACE_BYTES   # no cuBLAS on a CPU
-    print(json.dumps({"tracker": measured, "estimate": predicted,
-                      "detail": {str(k): v for k, v in tracker.get_tracker_snapshot("peak")[torch.device("cpu")].items()}}))
+    detail = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+    print(json.dumps({"tracker": measured, "estimate": predicted, "detail": {str(k): v for k, v in detail.items()}}))
 
 
 if __name__ == "__main__":

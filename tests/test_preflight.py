@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from memfit import TrainingSetup, estimate, load_hardware, load_model
+from memfit import estimate, load_hardware, load_model
 from memfit.cli import main
 from memfit.errors import InvalidSetupError, SourceError, UnknownModelError
 from memfit.preflight import check_config
@@ -130,7 +130,7 @@ def test_bad_configs_name_the_file_key_and_line(tmp_path):
 
 
 def test_dataset_named_in_the_config_is_checked(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
+    pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))

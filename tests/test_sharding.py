@@ -124,7 +124,7 @@ def test_deepspeed_config_loads_in_deepspeed(model, kw):
                                                ("mistral-7b-v0.1", "hsdp", 2), ("phi-3-mini-4k", "fsdp", 1),
                                                ("gpt2", "fsdp", 1), ("gemma-2-9b", "fsdp", 1)])
 def test_accelerate_fsdp_config_loads_in_accelerate(tmp_path, model, shard, nodes):
-    accelerate = pytest.importorskip("accelerate")
+    pytest.importorskip("accelerate")
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     import yaml

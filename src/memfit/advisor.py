@@ -216,7 +216,8 @@ _DIFF_FLAGS = (("method", "--method"), ("grad_ckpt", "--grad-ckpt"), ("chunked_c
 
 def setup_diff(before: TrainingSetup, after: TrainingSetup) -> dict:
     """The flags that turn `before` into `after` (what a combined suggestion changes)."""
-    args = {flag: getattr(after, field) for field, flag in _DIFF_FLAGS if getattr(after, field) != getattr(before, field)}
+    args = {flag: getattr(after, field) for field, flag in _DIFF_FLAGS
+            if getattr(after, field) != getattr(before, field)}
     if after.lora_targets != before.lora_targets:
         args["--lora-targets"] = ",".join(after.lora_targets)
     return args

@@ -204,7 +204,8 @@ def read_torchtune(data: dict) -> Mapped:
         raise InvalidSetupError(f"model._component_ {component!r}: no catalog model for torchtune builder {base!r}")
     tokenizer = r.get("tokenizer") or {}
     setup = {"method": method, "batch_size": r.int("batch_size", 2),
-             "seq_len": int(tokenizer.get("max_seq_len") or 2048), "grad_accum": r.int("gradient_accumulation_steps", 1),
+             "seq_len": int(tokenizer.get("max_seq_len") or 2048),
+             "grad_accum": r.int("gradient_accumulation_steps", 1),
              "grad_ckpt": r.flag("enable_activation_checkpointing"), "recipe": "torchtune",
              "precision": {"bf16": "bf16", "fp32": "fp32"}.get(str(r.get("dtype", "bf16")), "bf16")}
     defaults = [] if tokenizer.get("max_seq_len") else ["tokenizer.max_seq_len not set: memfit assumes 2048"]
