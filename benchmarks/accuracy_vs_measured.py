@@ -177,7 +177,8 @@ def markdown(report: dict) -> str:
                          f"{st['within_10pct']:.0%} | {st['within_20pct']:.0%} | {st['under_prediction_rate']:.0%} |")
     cover = s["range_covers_measured"]
     lines += ["", f"The reported range covers the measured value in {cover:.0%} of rows." if cover is not None else "",
-              "", "Worst rows:", "", "| id | model | method | counter | measured GB | predicted GB | error | peak phase | notes |",
+              "", "Worst rows:", "",
+              "| id | model | method | counter | measured GB | predicted GB | error | peak phase | notes |",
               "|---|---|---|---|---|---|---|---|---|"]
     worst = sorted((r for r in report["results"] if "error" in r), key=lambda r: -abs(r["error"]))[:10]
     for r in worst:

@@ -105,7 +105,8 @@ def markdown(report: dict, quick: bool) -> str:
              f"`benchmarks/accuracy_vs_trace.py{' --quick' if quick else ''}`: {s['traced']} setups traced "
              f"({s['errors']} failed to trace, {s['skipped']} skipped for time).", ""]
     if pa:
-        lines += [f"peak_allocated_bytes: median error {pa['median_abs_error']:.2%}, worst {pa['worst_abs_error']:.2%}; "
+        lines += [f"peak_allocated_bytes: median error {pa['median_abs_error']:.2%}, "
+                  f"worst {pa['worst_abs_error']:.2%}; "
                   f"{pa['within_2pct']:.0%} of setups within 2%, {pa['within_5pct']:.0%} within 5%.", "",
                   "| family | n | median | worst |", "|---|---|---|---|"]
         for model, st in s["per_family"].items():
