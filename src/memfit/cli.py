@@ -140,6 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_hardware_args(p)
     add_format(p)
 
+    p = sub.add_parser("plot", help="draw the breakdown and memory against length and batch (PNG or SVG)")
+    p.add_argument("model")
+    p.add_argument("-o", "--output", required=True, help="FILE.png or FILE.svg")
+    p.add_argument("--with-trace", action="store_true", help="add estimate vs trace (needs the [trace] extra)")
+    add_setup_args(p)
+    add_hardware_args(p)
+
+    p = sub.add_parser("serve", help="a local web page over the same estimate (localhost only by default)")
+    p.add_argument("--port", type=_int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+
     p = sub.add_parser("explain", help="walk through the bytes per weight and every phase of the step")
     p.add_argument("model")
     add_setup_args(p)
@@ -158,11 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 from .commands import (  # noqa: E402  (after the parser helpers they use)
-    cmd_check, cmd_config, cmd_estimate, cmd_explain, cmd_gpus, cmd_max, cmd_models, cmd_plan, cmd_rule, cmd_trace)
+    cmd_check, cmd_config, cmd_estimate, cmd_plot, cmd_serve, cmd_explain, cmd_gpus, cmd_max, cmd_models, cmd_plan, cmd_rule, cmd_trace)
 
 COMMANDS = {"estimate": cmd_estimate, "trace": cmd_trace, "max": cmd_max, "plan": cmd_plan,
             "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus, "rule": cmd_rule,
-            "config": cmd_config, "check": cmd_check}
+            "config": cmd_config, "check": cmd_check, "plot": cmd_plot, "serve": cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -335,6 +335,35 @@ def cmd_check(args) -> str:
     return "\n".join(lines)
 
 
+def cmd_plot(args) -> str:
+    from .render.plot import plot
+    from .sources import load_model
+
+    if not str(args.output).lower().endswith((".png", ".svg")):
+        raise InvalidSetupError("-o must name a .png or .svg file")
+    hardware = hardware_from_args(args)
+    spec = load_model(args.model)
+    if spec.is_rule_of_thumb:
+        raise InvalidSetupError("a bare size has no architecture to plot; name a model or a config.json")
+    setup, _ = setup_from_args(args, spec)
+    traced = None
+    if args.with_trace:
+        from .trace import trace
+
+        traced = trace(spec, setup)
+    plot(spec, setup, hardware, args.output, traced)
+    return f"wrote {args.output}"
+
+
+def cmd_serve(args) -> str:
+    from .server import serve
+
+    if not 0 <= args.port <= 65535:
+        raise InvalidSetupError(f"--port {args.port} is not a port number")
+    serve(args.host, args.port)
+    return ""
+
+
 def cmd_explain(args) -> str:
     from .explain import explain
     from .render.jsonout import dumps
