@@ -153,3 +153,15 @@ def test_check_cli_json(capsys, tmp_path):
     assert data["tool"] == "axolotl" and data["verdict"]["status"] == "does-not-fit"
     first = next(s for s in data["suggestions"] if s["fits"] and s["edits"])
     assert all("from" in e and "to" in e for e in first["edits"].values())
+
+
+def test_sharding_settings_and_pure_bf16(tmp_path):
+    ds = tmp_path / "zero3.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}))
+    cfg = dict(CONFIGS["llamafactory"][1], deepspeed="zero3.json", pure_bf16=True, finetuning_type="full")
+    result = check_config(_write(tmp_path, "llamafactory", cfg), gpus=8)
+    s = result.setup
+    assert (s.shard, s.offload, s.gpus, s.precision, s.method) == ("zero3", "optimizer", 8, "bf16", "full")
+    assert result.estimate.device_bytes == estimate(load_model("meta-llama/Meta-Llama-3-8B"), s).device_bytes
+    trl = dict(CONFIGS["trl"][1], fsdp="full_shard auto_wrap")
+    assert check_config(_write(tmp_path, "trl", trl), gpus=4).setup.shard == "fsdp"

@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="force the tool (detected from the content otherwise)")
     p.add_argument("--write-suggested", metavar="OUT", help="write the config with the best fitting change applied")
     p.add_argument("--tokenizer", help="tokenizer for the length check of the config's local dataset")
+    p.add_argument("--gpus", type=_int, help="GPUs per node, for a config that shards (DeepSpeed, FSDP)")
     add_hardware_args(p)
     add_format(p)
 

@@ -292,7 +292,7 @@ def cmd_check(args) -> str:
     from .render.jsonout import dumps, estimate_dict, verdict_dict
 
     hardware = hardware_from_args(args)
-    result = check_config(args.config, hardware, args.format_of, args.tokenizer)
+    result = check_config(args.config, hardware, args.format_of, args.tokenizer, args.gpus)
     written = write_suggested(result, args.write_suggested) if args.write_suggested else None
     m = result.mapped
     if args.format == "json":

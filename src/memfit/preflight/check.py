@@ -69,7 +69,8 @@ def load_config(path: Path) -> dict:
 
 
 def check_config(path: str, hardware: Hardware | None = None, format_of: str | None = None,
-                 tokenizer: str | None = None) -> CheckResult:
+                 tokenizer: str | None = None, gpus: int | None = None) -> CheckResult:
+    """`gpus`: GPUs per node for a sharded config (the count lives in the launcher, not in these files)."""
     from ..advisor import suggest, warnings_for
     from ..sources import load_model
     from ..verdict import verdict
@@ -79,6 +80,9 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
     tool = format_of or detect_format(data)
     if tool not in FORMATS:
         raise InvalidSetupError(f"--format-of {tool!r} is not one of {', '.join(FORMATS)}")
+    from . import formats
+
+    formats._Reader.base_dir = file.parent
     try:
         mapped = READERS[tool](data)
     except InvalidSetupError as exc:
@@ -90,6 +94,9 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
         raise InvalidSetupError(f"{file}: no model ({model_key} is missing)")
     try:
         spec = load_model(str(mapped.model))
+        if mapped.setup.get("shard"):
+            mapped.setup["gpus"] = gpus or 1
+            mapped.defaults.append(f"{gpus or 1} GPU(s) per node (the launcher sets it; --gpus to change)")
         setup = TrainingSetup.from_recipe(mapped.setup.pop("recipe", "hf"), **mapped.setup)
     except MemfitError as exc:
         raise type(exc)(f"{file}: {model_key}: {exc}") from None

@@ -48,6 +48,8 @@ def detect_format(data: dict) -> str:
 class _Reader:
     """Typed access that records which keys were read."""
 
+    base_dir = None     # the config's folder, for relative paths (a DeepSpeed JSON)
+
     def __init__(self, data: dict, tool: str):
         self.data, self.tool, self.used = data, tool, []
 
@@ -136,6 +138,7 @@ def read_axolotl(data: dict) -> Mapped:
     ds = data.get("datasets")
     dataset = ds[0].get("path") if isinstance(ds, list) and ds and isinstance(ds[0], dict) else None
     _deepspeed(r, setup, r.get("deepspeed"))
+    _fsdp(r, setup)
     return Mapped("axolotl", model, setup, r.used, defaults, _ignored(data, r.used), keys, dataset)
 
 
@@ -173,7 +176,7 @@ def read_llamafactory(data: dict) -> Mapped:
     attn = _attn(r.get("flash_attn"))
     if attn:
         setup["attn"] = attn
-    setup["precision"] = _precision(r.flag("bf16"), r.flag("fp16"))
+    setup["precision"] = "bf16" if r.flag("pure_bf16") else _precision(r.flag("bf16"), r.flag("fp16"))
     _deepspeed(r, setup, r.get("deepspeed"))
     dataset = None
     if r.has("dataset_dir") and r.has("dataset"):
@@ -276,6 +279,7 @@ def read_trl(data: dict) -> Mapped:
             "grad_accum": "gradient_accumulation_steps", "grad_ckpt": "gradient_checkpointing", "optimizer": "optim",
             "lora_rank": "lora_r", "method": "load_in_4bit", "chunked_ce": "use_liger_kernel"}
     _deepspeed(r, setup, r.get("deepspeed"))
+    _fsdp(r, setup)
     return Mapped("trl", model, setup, r.used, defaults, _ignored(data, r.used), keys, r.get("dataset_name"))
 
 
@@ -303,8 +307,30 @@ def read_mlx(data: dict) -> Mapped:
                   f"{data_dir}/train.jsonl" if data_dir else None)
 
 
+def _fsdp(r: _Reader, setup: dict) -> None:
+    """HF Trainer / TRL `fsdp: "full_shard auto_wrap"`, axolotl `fsdp: [full_shard, auto_wrap]` or fsdp_config."""
+    value = r.get("fsdp")
+    words = " ".join(value) if isinstance(value, list) else str(value or "")
+    if "full_shard" in words or "hybrid_shard" in words:
+        setup["shard"] = "hsdp" if "hybrid" in words else "fsdp"
+    elif "shard_grad_op" in words:
+        setup["shard"] = "fsdp-shard-grad-op"
+    if "offload" in words:
+        setup["offload"] = "optimizer+params"
+
+
 def _deepspeed(r: _Reader, setup: dict, ds) -> None:
-    """A DeepSpeed config given as a dict (inline) sets the ZeRO stage; a path is read by the caller."""
+    """A DeepSpeed config inline (a dict) or as a path to its JSON sets the ZeRO stage and offload."""
+    if isinstance(ds, str) and r.base_dir is not None:
+        import json
+        from pathlib import Path
+
+        path = Path(ds) if Path(ds).is_absolute() else r.base_dir / ds
+        if path.is_file():
+            try:
+                ds = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                raise InvalidSetupError(f"deepspeed: {ds} is not a readable DeepSpeed JSON") from None
     if isinstance(ds, dict):
         stage = (ds.get("zero_optimization") or {}).get("stage")
         if stage in (1, 2, 3):
