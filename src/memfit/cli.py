@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 from .commands import (  # noqa: E402  (after the parser helpers they use)
-    cmd_check, cmd_config, cmd_estimate, cmd_plot, cmd_serve, cmd_explain, cmd_gpus, cmd_max, cmd_models, cmd_plan, cmd_rule, cmd_trace)
+    cmd_check, cmd_config, cmd_estimate, cmd_explain, cmd_gpus, cmd_max, cmd_models, cmd_plan, cmd_plot, cmd_rule,
+    cmd_serve, cmd_trace)
 
 COMMANDS = {"estimate": cmd_estimate, "trace": cmd_trace, "max": cmd_max, "plan": cmd_plan,
             "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus, "rule": cmd_rule,
