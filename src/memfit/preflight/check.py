@@ -80,11 +80,8 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
     tool = format_of or detect_format(data)
     if tool not in FORMATS:
         raise InvalidSetupError(f"--format-of {tool!r} is not one of {', '.join(FORMATS)}")
-    from . import formats
-
-    formats._Reader.base_dir = file.parent
     try:
-        mapped = READERS[tool](data)
+        mapped = READERS[tool](data, base_dir=file.parent)
     except InvalidSetupError as exc:
         raise InvalidSetupError(f"{file}: {exc}") from None
     model_key = mapped.keys.get("model") or {"axolotl": "base_model", "llamafactory": "model_name_or_path",

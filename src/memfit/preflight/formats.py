@@ -48,10 +48,9 @@ def detect_format(data: dict) -> str:
 class _Reader:
     """Typed access that records which keys were read."""
 
-    base_dir = None     # the config's folder, for relative paths (a DeepSpeed JSON)
-
-    def __init__(self, data: dict, tool: str):
+    def __init__(self, data: dict, tool: str, base_dir=None):
         self.data, self.tool, self.used = data, tool, []
+        self.base_dir = base_dir     # the config's folder, for relative paths (a DeepSpeed JSON)
 
     def get(self, key: str, default=None):
         if key in self.data and self.data[key] is not None:
@@ -99,8 +98,8 @@ def _attn(value) -> str | None:
 
 
 # ---- axolotl ----------------------------------------------------------------------------------------------------
-def read_axolotl(data: dict) -> Mapped:
-    r = _Reader(data, "axolotl")
+def read_axolotl(data: dict, base_dir=None) -> Mapped:
+    r = _Reader(data, "axolotl", base_dir)
     model = r.get("base_model")
     adapter = r.get("adapter")
     four, eight = r.flag("load_in_4bit"), r.flag("load_in_8bit")
@@ -143,8 +142,8 @@ def read_axolotl(data: dict) -> Mapped:
 
 
 # ---- LLaMA-Factory ----------------------------------------------------------------------------------------------
-def read_llamafactory(data: dict) -> Mapped:
-    r = _Reader(data, "llamafactory")
+def read_llamafactory(data: dict, base_dir=None) -> Mapped:
+    r = _Reader(data, "llamafactory", base_dir)
     model = r.get("model_name_or_path")
     ftype = r.get("finetuning_type", "lora")
     qbit = r.int("quantization_bit")
@@ -195,8 +194,8 @@ _TT_MODELS = {  # torchtune builder -> catalog model
 }
 
 
-def read_torchtune(data: dict) -> Mapped:
-    r = _Reader(data, "torchtune")
+def read_torchtune(data: dict, base_dir=None) -> Mapped:
+    r = _Reader(data, "torchtune", base_dir)
     model_cfg = r.get("model") or {}
     component = str(model_cfg.get("_component_", ""))
     builder = component.rsplit(".", 1)[-1]
@@ -241,8 +240,8 @@ def read_torchtune(data: dict) -> Mapped:
 
 
 # ---- TRL / HF Trainer -------------------------------------------------------------------------------------------
-def read_trl(data: dict) -> Mapped:
-    r = _Reader(data, "trl")
+def read_trl(data: dict, base_dir=None) -> Mapped:
+    r = _Reader(data, "trl", base_dir)
     model = r.get("model_name_or_path")
     four, eight = r.flag("load_in_4bit"), r.flag("load_in_8bit")
     if four and eight:
@@ -284,8 +283,8 @@ def read_trl(data: dict) -> Mapped:
 
 
 # ---- mlx-lm -----------------------------------------------------------------------------------------------------
-def read_mlx(data: dict) -> Mapped:
-    r = _Reader(data, "mlx")
+def read_mlx(data: dict, base_dir=None) -> Mapped:
+    r = _Reader(data, "mlx", base_dir)
     model = r.get("model")
     ftype = r.get("fine_tune_type", "lora")
     if ftype not in ("lora", "full"):
