@@ -118,7 +118,9 @@ _STATIC_CACHE_MAX = 4096
 def _static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     """Everything that does not depend on batch size or length, cached: searches over length or batch
     (memfit max) re-estimate thousands of times with only those changed."""
-    key = (spec, setup.shape_free_key())
+    # Whether a sliding window is shorter than the sequence changes the layer walk (its layers take a mask).
+    windowed = bool(spec.sliding_window and setup.seq_len > spec.sliding_window)
+    key = (spec, setup.shape_free_key(), windowed)
     cached = _STATIC_CACHE.get(key)
     if cached is None:
         if len(_STATIC_CACHE) >= _STATIC_CACHE_MAX:

@@ -67,6 +67,14 @@ def read_llama_like(r: ConfigReader, traits: dict) -> dict:
         final_logit_softcap=r.float("final_logit_softcapping", None),
     )
     out["o_bias"] = out["qkv_bias"] and r.config.get("model_type") in ("llama", "mistral", "olmo2")
+    model_type = r.config.get("model_type")
+    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not r.bool("use_sliding_window", False):
+        out["sliding_window"] = None     # Qwen configs carry a window but do not use it by default
+    if model_type == "gemma3_text":
+        pattern = r.int("sliding_window_pattern", default=6)
+        out["sliding_fraction"] = (pattern - 1) / pattern
+    elif model_type == "gemma2":
+        out["sliding_fraction"] = 0.5
     if r.config.get("model_type") in ("qwen2", "qwen2_moe"):
         out["qkv_bias"], out["o_bias"] = True, False   # Qwen2: bias on q/k/v only (modeling_qwen2.py)
     if r.config.get("model_type") == "stablelm":

@@ -103,6 +103,7 @@ class ModelSpec:
     attn_logit_softcap: float | None = None
     final_logit_softcap: float | None = None
     sliding_window: int | None = None
+    sliding_fraction: float = 1.0              # share of layers with local attention (Gemma 3: 5 of 6)
     resid_dropout: float = 0.0
     attn_dropout: float = 0.0
     embd_dropout: float = 0.0

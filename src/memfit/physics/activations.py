@@ -207,8 +207,15 @@ def _post_norm(spec: ModelSpec) -> bool:
 
 
 def layer_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, int]:
-    """(bytes per token, bytes per token per position) one decoder layer saves. Independent of b and s."""
-    return _Walk(spec, setup, stack).layer()
+    """(bytes per token, bytes per token per position) one decoder layer saves, averaged over the layers.
+    Independent of b; a sliding window shorter than the sequence makes its layers' SDPA take a mask."""
+    plain = _Walk(spec, setup, stack).layer()
+    window = spec.sliding_window
+    if not window or setup.seq_len <= window or setup.padding or stack.attn != "sdpa":
+        return plain
+    masked = _Walk(spec, setup.replace(padding=True), stack).layer()
+    f = spec.sliding_fraction
+    return (round(f * masked[0] + (1 - f) * plain[0]), round(f * masked[1] + (1 - f) * plain[1]))
 
 
 def _tokens(setup: TrainingSetup) -> int:
@@ -247,7 +254,10 @@ def layer_backward_temp_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stac
     mlp = T * (3 * width * cmp + 2 * spec.hidden_size * res)
     attn = 0
     if stack.attn == "eager":
-        attn = 10 * T * spec.num_heads * setup.seq_len   # grad of probs (bf16), its fp32 upcast, softmax grad
+        # At the softmax backward the layer keeps its saved fp32 softmax (in the walk), the bf16 probabilities
+        # are already freed, and the fp32 grad and softmax_backward's output exist: 2 x 4 - 2 = 6 B per score
+        # beyond the walk (matches the trace within a few percent).
+        attn = 6 * T * spec.num_heads * setup.seq_len
     return max(mlp, attn)
 
 

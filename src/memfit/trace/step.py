@@ -123,9 +123,22 @@ def cuda_like_kernels(setup: TrainingSetup, tracker: PeakTracker | None):
                               scale=scale, enable_gqa=enable_gqa)
 
     nn.functional.scaled_dot_product_attention = sdpa_without_dropout
+    original_layer_norm = nn.functional.layer_norm
+
+    def layer_norm_as_cuda_autocast(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+        # CUDA autocast runs layer_norm in fp32 (its fp32 op list: every floating argument cast, fp32 out);
+        # CPU autocast leaves it in 16 bits.
+        if torch.is_autocast_enabled("cpu") and x.dtype != torch.float32:
+            x = x.float()
+            weight = weight.float() if weight is not None else None
+            bias = bias.float() if bias is not None else None
+        return original_layer_norm(x, normalized_shape, weight, bias, eps)
+
+    nn.functional.layer_norm = layer_norm_as_cuda_autocast
     try:
         yield
     finally:
+        nn.functional.layer_norm = original_layer_norm
         nn.functional.scaled_dot_product_attention = original_sdpa
         restore_masking()
         nn.functional.dropout = original_dropout
