@@ -42,6 +42,9 @@ def trace_fake(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progress: 
 
     if spec.is_rule_of_thumb:
         raise InvalidSetupError("a bare size has no architecture to trace; name a model or a config.json")
+    if setup.shard != "none":
+        raise InvalidSetupError("memfit trace runs one GPU's step without sharding; the multi-GPU layouts are "
+                                "estimated (FSDP2 is cross-checked against PyTorch's FSDPMemTracker in the tests)")
     if steps < 2:
         raise InvalidSetupError("a trace needs at least 2 steps (the first allocates the optimizer state)")
     stack = resolve_stack(spec, setup)
