@@ -122,7 +122,10 @@ class _Walk:
             self.add_quadratic(cmp * a)
         else:
             self.add(cmp * (qd + 2 * k_saved))         # q, k, v as the attention kernel saves them
-            if spec.fused_qkv and spec.position_embeddings == 0 and not repeat_kv:
+            # (qkv_out: what the fused qkv linear returns; Linear4bit keeps its input's dtype, so an fp32 LayerNorm
+            # output under autocast gives fp32 q/k/v that SDPA then casts: no view of the fused output is saved.)
+            qkv_out = x if st.method == "qlora" else lin_out
+            if spec.fused_qkv and spec.position_embeddings == 0 and not repeat_kv and qkv_out == cmp:
                 # Rotary makes q and k new tensors, but v stays a view of the fused qkv output, and a saved view
                 # keeps its whole storage alive (GPT-NeoX query_key_value, Phi-3 qkv_proj).
                 self.add(cmp * (qd + kvd))
@@ -163,7 +166,11 @@ class _Walk:
             y = self.norm(h, res, train, input_shared=spec.parallel_attn_mlp) if not _post_norm(spec) else res
             self.linear_inputs(h, y, 1 if spec.fused_gate_up or spec.mlp_kind == "plain" else 2)
             self.lora({"gate", "up"}, h, y)
-        self.mlp(lin_out, train)
+        else:
+            y = x
+        # Linear4bit returns its input's dtype: the MLP runs in the norm output's dtype (fp32 after a LayerNorm
+        # under autocast); other linears return the compute dtype.
+        self.mlp(y if st.method == "qlora" else lin_out, train)
         if _post_norm(spec) or spec.norms_per_layer == 4:
             self.norm(h, lin_out, train)               # post_feedforward_layernorm
         if spec.resid_dropout > 0:

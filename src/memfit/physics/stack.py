@@ -92,6 +92,10 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     # HF Trainer bf16=True on an fp16 checkpoint (Llama 2, Phi-2, Pythia load in fp16 with dtype="auto"): autocast
     # casts every fp16 weight and hidden state to bf16, and the weight casts are saved for backward.
     residual_cast = autocast and weight_dtype == "fp16" and autocast_dtype == "bf16"
+    if setup.method == "qlora" and autocast and spec.norm_kind == "layernorm" and not recipe.fused_norm:
+        # A LayerNorm under autocast returns fp32, Linear4bit keeps its input's dtype, so the MLP output and the
+        # residual stream after the first layer are fp32.
+        residual_bytes = 4
     if residual_cast:
         # bf16 layer outputs added to an fp16 residual promote to fp32: from the first residual add on, the
         # hidden states (and the checkpoints of them) are fp32.
