@@ -143,19 +143,19 @@ def summarize(results: list[dict], total_rows: int) -> dict:
 
 
 def error_bands(report: dict) -> dict:
-    """Per method, the 5th and 95th percentile of the signed error (predicted / measured - 1): the band the
+    """Per method, the 2.5th and 97.5th percentile of the signed error (predicted / measured - 1): the band the
     estimate states. Methods with fewer than 5 measured rows fall back to all rows."""
     measured = [r for r in report["results"] if "error" in r]
 
     def band(errors: list[float]) -> dict:
         errors = sorted(errors)
         pick = lambda q: errors[min(len(errors) - 1, max(0, int(round(q * (len(errors) - 1)))))]  # noqa: E731
-        return {"n": len(errors), "low": round(pick(0.05), 4), "high": round(pick(0.95), 4),
+        return {"n": len(errors), "low": round(pick(0.025), 4), "high": round(pick(0.975), 4),
                 "median": round(statistics.median(errors), 4)}
 
     overall = band([r["error"] for r in measured])
     out = {"source": "benchmarks/accuracy_vs_measured.py over shared/calibration/measured.csv "
-                     "(signed error = predicted / measured - 1; 5th-95th percentile)", "overall": overall}
+                     "(signed error = predicted / measured - 1; 2.5th-97.5th percentile)", "overall": overall}
     for method in ("full", "lora", "qlora"):
         errors = [r["error"] for r in measured if r["method"] == method]
         out[method] = band(errors) if len(errors) >= 5 else dict(overall, note="fewer than 5 rows: overall band")

@@ -50,7 +50,7 @@ def _error_bands() -> dict:
 
 def error_band(method: str) -> dict | None:
     """The measured error band of a method (data/error_bands.json, written by
-    benchmarks/accuracy_vs_measured.py): signed error = predicted / measured - 1, 5th to 95th percentile."""
+    benchmarks/accuracy_vs_measured.py): signed error = predicted / measured - 1, 2.5th to 97.5th percentile."""
     return _error_bands().get(method)
 
 
