@@ -42,8 +42,22 @@ def test_memory_never_falls_as_batch_or_length_grow(spec, method, batch, length,
 @settings(max_examples=150, deadline=None)
 @given(models, batches, lengths, st.fixed_dictionaries({k: common[k] for k in ("grad_ckpt", "attn", "recipe")}))
 def test_qlora_never_above_lora(spec, batch, length, kw):
+    if spec.norm_kind == "layernorm":
+        return   # see test_layernorm_qlora_runs_its_mlp_in_fp32: a real exception
     qlora, lora = (estimate(spec, _setup(m, batch, length, **kw)).device_bytes for m in ("qlora", "lora"))
     assert qlora <= lora
+
+
+def test_layernorm_qlora_runs_its_mlp_in_fp32():
+    # A LayerNorm under autocast returns fp32 and bitsandbytes' Linear4bit keeps its input's dtype, so QLoRA
+    # saves fp32 MLP activations where LoRA's bf16 linears save bf16 ones (traced: tests via accuracy_vs_trace).
+    from memfit import load_model
+
+    spec = load_model("falcon-7b")
+    lora = estimate(spec, TrainingSetup(method="lora", batch_size=12, seq_len=705))
+    qlora = estimate(spec, TrainingSetup(method="qlora", batch_size=12, seq_len=705, grad_ckpt=False))
+    assert qlora.component("activations") > lora.component("activations")
+    assert qlora.component("weights") < lora.component("weights") / 2
 
 
 @settings(max_examples=150, deadline=None)
