@@ -153,3 +153,17 @@ def test_trace_without_the_extra_names_the_install(capsys, monkeypatch):
 def test_reentrant_needs_checkpointing(capsys):
     code, _, err = run(capsys, "estimate", "llama-3.2-1b", "--reentrant")
     assert code == 1 and "needs --grad-ckpt" in err
+
+
+def test_every_command_has_help_and_is_in_the_readme(capsys):
+    from pathlib import Path
+
+    from memfit.cli import COMMANDS
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for command in COMMANDS:
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--help"])
+        assert exit_info.value.code == 0
+        assert "usage: memfit " + command in capsys.readouterr().out
+        assert f"memfit {command}" in readme, command
