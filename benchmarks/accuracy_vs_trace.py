@@ -107,7 +107,7 @@ def markdown(report: dict, quick: bool) -> str:
     if pa:
         lines += [f"peak_allocated_bytes: median error {pa['median_abs_error']:.2%}, "
                   f"worst {pa['worst_abs_error']:.2%}; "
-                  f"{pa['within_2pct']:.0%} of setups within 2%, {pa['within_5pct']:.0%} within 5%.", "",
+                  f"{pa["within_2pct"]:.1%} of setups within 2%, {pa["within_5pct"]:.1%} within 5%.", "",
                   "| family | n | median | worst |", "|---|---|---|---|"]
         for model, st in s["per_family"].items():
             lines.append(f"| {model} | {st['n']} | {st['median_abs_error']:.2%} | {st['worst_abs_error']:.2%} |")
@@ -133,12 +133,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--max-minutes", type=float, default=90.0)
+    parser.add_argument("--render-only", action="store_true",
+                        help="rewrite the markdown from the saved JSON results without tracing again")
     parser.add_argument("--fail-over", type=float, default=None,
                         help="exit 1 if the median peak error exceeds this fraction or a setup fails to trace")
     args = parser.parse_args()
-    report = run(args.quick, args.max_minutes)
-    RESULTS.mkdir(exist_ok=True)
     name = "accuracy_vs_trace_quick" if args.quick else "accuracy_vs_trace"
+    if args.render_only:
+        report = json.loads((RESULTS / f"{name}.json").read_text())
+    else:
+        report = run(args.quick, args.max_minutes)
+    RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     (RESULTS / f"{name}.md").write_text(markdown(report, args.quick))
     print(markdown(report, args.quick))
