@@ -107,7 +107,7 @@ def markdown(report: dict, quick: bool) -> str:
     if pa:
         lines += [f"peak_allocated_bytes: median error {pa['median_abs_error']:.2%}, "
                   f"worst {pa['worst_abs_error']:.2%}; "
-                  f"{pa["within_2pct"]:.1%} of setups within 2%, {pa["within_5pct"]:.1%} within 5%.", "",
+                  f"{pa['within_2pct']:.1%} of setups within 2%, {pa['within_5pct']:.1%} within 5%.", "",
                   "| family | n | median | worst |", "|---|---|---|---|"]
         for model, st in s["per_family"].items():
             lines.append(f"| {model} | {st['n']} | {st['median_abs_error']:.2%} | {st['worst_abs_error']:.2%} |")
