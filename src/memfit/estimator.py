@@ -312,7 +312,3 @@ def _ckpt_words(setup: TrainingSetup) -> str:
     if not setup.grad_ckpt:
         return "no gradient checkpointing"
     return ("reentrant " if setup.ckpt_reentrant else "") + "gradient checkpointing"
-
-
-def linear_names(spec: ModelSpec) -> list[str]:
-    return [lin.name for lin in layer_linears(spec)]

@@ -33,7 +33,6 @@ ATTENTION = ("sdpa", "flash", "eager")
 QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
 SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
-LOSSES = ("hf", "plain", "chunked-fp32", "chunked-kept", "fused")
 
 # Past these a number is a typo, not a plan: no single device trains 1M tokens per micro-batch.
 MAX_SEQ_LEN = 1 << 21

@@ -243,9 +243,6 @@ def adapted_layers(spec: ModelSpec, stack: Stack) -> int:
     return stack.lora_layers
 
 
-def total_layer_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
-    return adapted_layers(spec, stack) * layer_activation_bytes(spec, setup, stack)
-
 
 def checkpoint_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """Kept per layer under gradient checkpointing: the layer's input hidden states (section 3.5)."""
@@ -287,7 +284,3 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
     walk.linear_inputs(spec.hidden_size, stack.residual_bytes, 1)
     walk.add(8)                                        # int64 labels saved by the loss
     return walk.per_token
-
-
-def head_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
-    return _tokens(setup) * head_coefficient(spec, setup, stack)
