@@ -1,302 +1,320 @@
-"""When a run does not fit (or barely does): what exactly to change. Every suggestion is a re-estimate.
+"""When a run does not fit (or only tightly): what exactly to change. Every suggestion is a re-estimate.
 
-Each lever is applied with TrainingSetup.replace (or another model) and run through the same estimate(), so
-advice can never disagree with the estimate; each carries its new total, the saving, its cost and the exact
-`memfit estimate` command that reproduces it. Ranked by least cost among those that fit.
+Levers are applied with ``TrainingSetup.replace`` (or another model) and run through the same ``estimate()`` and
+the same ``verdict()``, so advice can never disagree with the estimate: a change offered as one that fits
+re-checks as FITS (verdict.py's one rule). Combinations are searched, not just single levers: every subset of
+the gentle levers, each with the largest micro-batch that then fits (gradient accumulation keeps the effective
+batch), and only when that is not enough, a shorter max length. Candidates are ranked by what they cost the user:
+first by their harshest lever, then by the sum of the levers' costs, then by memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
+from typing import Mapping
 
 from .errors import MemfitError
 from .estimator import Estimate, estimate
 from .hardware import Hardware
+from .options import BNB_OPTIMIZERS
 from .search import biggest_model, max_int
 from .setup import TrainingSetup
 from .spec import ModelSpec
 from .units import GB, gib
+from .verdict import verdict
 
-# Cost ranks: lower is cheaper. The sentence is what the change costs the user.
+# A change saving less than this share of the need is no advice (issue #13: "saves under 2%").
+MIN_SAVING_SHARE = 0.02
+# Without a dataset, lengths below this are assumed to cut typical instruction-tuning examples.
+TYPICAL_LENGTH_FLOOR = 512
+# How many fitting changes and how many partial ones to list.
+MAX_FITTING, MAX_PARTIAL = 5, 4
+
+# What each lever costs the user: (rank, words). Lower ranks are cheaper. Ranks order advice only.
 COSTS = {
+    "chunked-ce": (1, "needs a chunked or fused cross-entropy (Liger kernel, torchtune's chunked loss): no "
+                      "quality cost"),
     "optimizer-8bit": (1, "8-bit optimizer states: no measurable quality cost in practice (Dettmers et al. 2021)"),
-    "optimizer-paged": (2, "paged 8-bit states live in CUDA managed memory, moved to host RAM under pressure: "
-                           "slower when it pages"),
+    "grad-accum": (1, "same effective batch through gradient accumulation: slower steps (less work per kernel)"),
     "grad-ckpt": (2, "about 20-30% slower: each layer is recomputed during backward"),
-    "chunked-ce": (2, "needs a chunked or fused cross-entropy (Liger kernel, torchtune's chunked loss)"),
-    "grad-accum": (2, "same effective batch, slower steps (less work per kernel)"),
     "lora-smaller": (3, "a smaller adapter: slightly less capacity"),
+    "qlora": (3, "4-bit frozen base: a small quality cost, slower matmuls (dequantization)"),
     "seq-len": (3, "examples longer than the new length are cut: the model never sees their ends"),
-    "qlora": (4, "4-bit frozen base: a small quality cost, slower matmuls (dequantization)"),
-    "lora": (5, "trains an adapter instead of every weight"),
+    "seq-len-half": (5, "more than half of the max length is cut: long examples lose most of their ends"),
+    "lora": (4, "trains an adapter instead of every weight"),
+    "more-gpus": (5, "more GPUs: the same training, its state sharded across them (more hardware, some "
+                     "communication)"),
     "smaller-model": (6, "a smaller model of the same family: lower quality"),
-    "more-gpus": (4, "more GPUs: the same training, its state sharded across them (more hardware, some "
-                     "communication overhead)"),
+    "seq-len-short": (9, "cuts below the typical example: offered only because nothing else fits"),
 }
 
 
 @dataclass(frozen=True)
 class Suggestion:
-    change: str                  # short name of the lever(s)
-    args: dict                   # the flags that change, e.g. {"--seq-len": 2048}
-    command: str                 # the complete `memfit estimate ...` that reproduces device_bytes
+    change: str                       # what changes, in words
+    changes: Mapping[str, object]     # option -> new value ("model" for another model), as resolved
+    command: str                      # the complete `memfit estimate ...` that reproduces device_bytes
     device_bytes: int
     saving_bytes: int
     cost: str
-    fits: bool
-    rank: int
+    status: str                       # the changed run's verdict: fits | tight | does-not-fit
+    rank: tuple
 
-    def as_dict(self) -> dict:
-        return {"change": self.change, "args": self.args, "command": self.command,
-                "device_bytes": self.device_bytes, "saving_bytes": self.saving_bytes, "cost": self.cost,
-                "fits": self.fits}
-
-
-def command_for(model_ref: str, setup: TrainingSetup, hardware_args: list[str]) -> str:
-    """The `memfit estimate` command line that reproduces `setup` (flags that differ from the recipe's
-    defaults for its method, plus the hardware flags)."""
-    defaults = TrainingSetup.from_recipe(setup.recipe, method=setup.method)
-    parts = ["memfit", "estimate", _quote(model_ref), "--method", setup.method]
-    if setup.recipe != "hf":
-        parts += ["--recipe", setup.recipe]
-    flags = [("batch_size", "--batch-size"), ("seq_len", "--seq-len"), ("precision", "--precision"),
-             ("optimizer", "--optimizer"), ("attn", "--attn"), ("grad_accum", "--grad-accum")]
-    if setup.method != "full":
-        flags += [("lora_rank", "--lora-rank"), ("lora_dropout", "--lora-dropout")]
-    if setup.method == "qlora":
-        flags.append(("quant", "--quant"))
-    for field, flag in flags:
-        value = getattr(setup, field)
-        if value != getattr(defaults, field) or field in ("batch_size", "seq_len"):
-            parts += [flag, str(value)]
-    if setup.method != "full" and setup.lora_targets != defaults.lora_targets:
-        parts += ["--lora-targets", ",".join(setup.lora_targets)]
-    for field, flag in (("grad_ckpt", "--grad-ckpt"), ("chunked_ce", "--chunked-ce")):
-        if getattr(setup, field) != getattr(defaults, field):
-            parts.append(flag if getattr(setup, field) else "--no-" + flag[2:])
-    for field, flag in (("gpus", "--gpus"), ("nodes", "--nodes"), ("shard", "--shard"), ("offload", "--offload")):
-        if getattr(setup, field) != getattr(defaults, field):
-            parts += [flag, str(getattr(setup, field))]
-    for field, flag in (("optimizer_in_backward", "--optimizer-in-backward"), ("kbit_upcast", "--kbit-upcast"),
-                        ("padding", "--padding"), ("ckpt_reentrant", "--reentrant")):
-        if getattr(setup, field):
-            parts.append(flag)
-    return " ".join(parts + hardware_args)
+    @property
+    def fits(self) -> bool:
+        return self.status == "fits"
 
 
-def _quote(text: str) -> str:
-    return f"'{text}'" if any(c in text for c in " \"'$") else text
+@dataclass(frozen=True)
+class Caution:
+    code: str
+    message: str
 
 
-def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, model_ref: str,
-            hardware_args: list[str], dataset=None) -> list[Suggestion]:
-    """Every lever that saves memory here, re-estimated; `dataset` (LengthStats) tells what a shorter length
-    would cut."""
+@dataclass(frozen=True)
+class _Candidate:
+    keys: frozenset          # the levers it uses
+    setup: TrainingSetup
+    spec: ModelSpec
+    estimate: Estimate
+    status: str
+
+
+def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, command_for, dataset=None,
+            model_ref: str | None = None) -> list[Suggestion]:
+    """The changes that make this run fit, best first, then the single levers that help but are not enough.
+    `command_for(model_ref, setup)` writes the reproducing command; `dataset` (LengthStats) says which lengths
+    cut typical examples."""
     base = estimate(spec, setup)
-    candidates = [c for c in _levers(spec, setup, hardware) if c is not None]
-    out: list[Suggestion] = []
-    seen = set()
-    for change, args, new_setup, new_spec, key in candidates:
-        if (new_spec.name, new_setup) in seen or (new_setup == setup and new_spec is spec):
-            continue
-        seen.add((new_spec.name, new_setup))
-        est = estimate(new_spec, new_setup)
-        if est.device_bytes >= base.device_bytes:
-            continue                       # a lever that does not save memory here is no advice
-        ref = model_ref if new_spec is spec else new_spec.name
-        rank, cost = COSTS[key]
-        if key == "seq-len" and new_setup.seq_len * 2 < setup.seq_len:
-            rank += 4      # cutting more than half the length is the most damaging single change
-        if key == "seq-len" and dataset is not None:
-            cut = sum(n for a, b, n in dataset.histogram if a > new_setup.seq_len)
-            covered = "still covered" if new_setup.seq_len >= dataset.p99 else "cut"
-            cost = (f"{cost} (p99 of your dataset is {dataset.p99} tokens: {covered}; about "
-                    f"{cut / dataset.count:.0%} of examples are longer)")
-        out.append(Suggestion(change=change, args=args, command=command_for(ref, new_setup, hardware_args),
-                              device_bytes=est.device_bytes, saving_bytes=base.device_bytes - est.device_bytes,
-                              cost=_honest(cost, base, est), fits=est.device_bytes <= hardware.usable_bytes,
-                              rank=rank))
-    # The cheapest combination of the gentle levers, whether or not a single (harsher) change also fits.
-    combo = _combination(spec, setup, hardware, model_ref, hardware_args, base)
-    if combo and all(combo.command != s.command for s in out):
-        out.append(combo)
-    out.sort(key=lambda s: (not s.fits, s.rank, s.device_bytes))
+    floor = dataset.p50 if dataset is not None else TYPICAL_LENGTH_FLOOR
+    levers = _levers(spec, setup, hardware)
+    fitting: list[_Candidate] = []
+    for n in range(len(levers) + 1):
+        for subset in combinations(levers, n):
+            candidate = _fit_with(spec, setup, hardware, subset, floor)
+            if candidate is not None:
+                fitting.append(candidate)
+    fitting += [c for c in (_more_gpus(spec, setup, hardware), _smaller_model(spec, setup, hardware)) if c]
+    if not fitting and setup.seq_len > 64:
+        # Nothing keeps the typical example: the longest length that fits with every gentle lever.
+        short = _fit_with(spec, setup, hardware, levers, floor=64, short=True)
+        fitting += [short] if short else []
+    fitting = [c for c in fitting if base.device_bytes - c.estimate.device_bytes >= MIN_SAVING_SHARE *
+               base.device_bytes]
+    fitting = _undominated(fitting)
+    fitting.sort(key=lambda c: (_rank(c.keys), c.estimate.device_bytes))
+    out = [_suggestion(c, spec, setup, base, hardware, command_for, model_ref, dataset, floor)
+           for c in fitting[:MAX_FITTING]]
+    # Single levers that save memory but are not enough alone: what each is worth, biggest saving first.
+    partial = []
+    for lever in levers:
+        new = lever[2](setup)
+        est = estimate(spec, new)
+        status = verdict(est, hardware).status
+        if status != "fits" and base.device_bytes - est.device_bytes >= MIN_SAVING_SHARE * base.device_bytes:
+            partial.append(_Candidate(frozenset({lever[0]}), new, spec, est, status))
+    partial.sort(key=lambda c: c.estimate.device_bytes)
+    out += [_suggestion(c, spec, setup, base, hardware, command_for, model_ref, dataset, floor)
+            for c in partial[:MAX_PARTIAL]]
     return out
 
 
-def _honest(cost: str, base: Estimate, new: Estimate) -> str:
-    saving = base.device_bytes - new.device_bytes
-    if saving < 0.03 * base.device_bytes:
-        return f"{cost}; the saving is small here ({gib(saving)})"
-    return cost
+def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[tuple]:
+    """(key, words, apply) for each gentle lever this stack and this hardware can use."""
+    from .recipes import RECIPES
 
-
-def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware):
-    """(change, args, new setup, new spec, cost key) for every single lever that applies."""
-    if setup.optimizer in ("adamw", "adamw-fused", "adamw-loop", "adamw-bnb", "paged-adamw"):
-        yield ("8-bit optimizer", {"--optimizer": "adamw-8bit"}, setup.replace(optimizer="adamw-8bit"), spec,
-               "optimizer-8bit")
-    if setup.method == "full" and setup.optimizer != "paged-adamw-8bit":
-        yield ("paged 8-bit optimizer", {"--optimizer": "paged-adamw-8bit"},
-               setup.replace(optimizer="paged-adamw-8bit"), spec, "optimizer-paged")
+    recipe = RECIPES[setup.recipe]
+    mac = hardware.kind == "mac"
+    out = []
+    if not setup.chunked_ce and not (mac and setup.recipe != "mlx"):
+        # Liger's and unsloth's fused losses are Triton kernels: CUDA only.
+        out.append(("chunked-ce", "chunked cross-entropy", lambda s: s.replace(chunked_ce=True)))
+    if setup.optimizer in ("adamw", "adamw-fused", "adamw-loop", "adamw-bnb", "paged-adamw") and not mac \
+            and "adamw-8bit" in recipe.optimizers and not setup.optimizer_in_backward:
+        out.append(("optimizer-8bit", "8-bit AdamW", lambda s: s.replace(optimizer="adamw-8bit")))
     if not setup.grad_ckpt:
-        yield ("gradient checkpointing", {"--grad-ckpt": True}, setup.replace(grad_ckpt=True), spec, "grad-ckpt")
-    if not setup.chunked_ce:
-        yield ("chunked cross-entropy", {"--chunked-ce": True}, setup.replace(chunked_ce=True), spec, "chunked-ce")
-    if setup.batch_size > 1:
-        smaller = _smaller_batch(spec, setup, hardware)
-        if smaller:
-            yield (f"batch {smaller.batch_size} with gradient accumulation {smaller.grad_accum}",
-                   {"--batch-size": smaller.batch_size, "--grad-accum": smaller.grad_accum}, smaller, spec,
-                   "grad-accum")
-    if setup.seq_len > 64:
-        longest = max_int(spec, setup, hardware, "seq_len", step=64).value
-        if longest and longest < setup.seq_len:
-            yield (f"max length {longest}", {"--seq-len": longest}, setup.replace(seq_len=longest), spec, "seq-len")
-        elif not longest:
-            yield ("max length 64", {"--seq-len": 64}, setup.replace(seq_len=64), spec, "seq-len")
-    if setup.method in ("lora", "qlora") and (setup.lora_rank > 8 or len(setup.lora_targets) > 2):
-        yield ("LoRA r8 on q,v", {"--lora-rank": 8, "--lora-targets": "q,v"},
-               setup.replace(lora_rank=8, lora_targets=("q", "v")), spec, "lora-smaller")
-    if setup.method in ("full", "lora"):
-        yield ("QLoRA", {"--method": "qlora"}, TrainingSetup.from_recipe(
-            setup.recipe, method="qlora", batch_size=setup.batch_size, seq_len=setup.seq_len,
-            grad_ckpt=setup.grad_ckpt, attn=setup.attn, grad_accum=setup.grad_accum), spec, "qlora")
+        out.append(("grad-ckpt", "gradient checkpointing", lambda s: s.replace(grad_ckpt=True)))
+    if setup.method in ("full", "lora") and (not mac or setup.recipe == "mlx"):
+        out.append(("qlora", "QLoRA", lambda s: _switch_method(s, "qlora")))
     if setup.method == "full":
-        yield ("LoRA instead of full fine-tuning", {"--method": "lora"}, TrainingSetup.from_recipe(
-            setup.recipe, method="lora", batch_size=setup.batch_size, seq_len=setup.seq_len,
-            grad_ckpt=setup.grad_ckpt, attn=setup.attn, grad_accum=setup.grad_accum), spec, "lora")
-    sharded = _sharded(spec, setup, hardware)
-    if sharded:
-        yield (f"{sharded.world_size} GPUs with {sharded.shard}"
-               + (f" and {sharded.offload} offload" if sharded.offload != "none" else ""),
-               {"--gpus": sharded.gpus, "--shard": sharded.shard, "--offload": sharded.offload}, sharded, spec,
-               "more-gpus")
-    if spec.source.startswith("catalog:"):
-        from .sources.catalog import find_entry, spec_from_entry
-
-        entry = find_entry(spec.name)
-        result = biggest_model(setup, hardware, entry["family"]) if entry else None
-        if result and result.value and result.value != spec.name:
-            yield (f"smaller model {result.value}", {"model": result.value}, setup,
-                   spec_from_entry(find_entry(result.value)), "smaller-model")
+        out.append(("lora", "LoRA", lambda s: _switch_method(s, "lora")))
+    return out
 
 
-def _sharded(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> TrainingSetup | None:
-    """The fewest GPUs of this kind, and the lightest layout, that fit (up to 8 GPUs on one node)."""
-    if setup.nodes > 1:
+def _switch_method(setup: TrainingSetup, method: str) -> TrainingSetup:
+    """The same run with another method: options that do not apply to it go back to the recipe's."""
+    changed = setup.with_method(method)
+    if changed.optimizer_in_backward and "optimizer_in_backward" in setup.explicit:
+        changed = changed.replace(optimizer_in_backward=None)
+    return changed
+
+
+def _fit_with(spec, setup, hardware, subset, floor: int, short: bool = False) -> _Candidate | None:
+    """`setup` with the levers of `subset`, at the largest micro-batch (a divisor of the batch, accumulation
+    keeping batch x accumulation) that fits; failing that, at micro-batch 1 with the longest length >= floor."""
+    changed = setup
+    try:
+        for _, _, apply in subset:
+            changed = apply(changed)
+    except MemfitError:
         return None
-    layouts = (("zero2", "none"), ("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer"))
-    for gpus in (2, 4, 8):
-        if gpus <= setup.gpus:
-            continue
-        for shard, offload in layouts:
-            candidate = setup.replace(gpus=gpus, shard=shard, offload=offload)
-            if estimate(spec, candidate).device_bytes <= hardware.usable_bytes:
-                return candidate
-    return None
-
-
-def _smaller_batch(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> TrainingSetup | None:
-    """The largest divisor of the batch that fits, with accumulation keeping batch x accumulation."""
-    for batch in range(setup.batch_size - 1, 0, -1):
+    keys = frozenset(k for k, _, _ in subset)
+    effective = setup.batch_size * setup.grad_accum
+    for batch in range(setup.batch_size, 0, -1):
         if setup.batch_size % batch:
             continue
-        candidate = setup.replace(batch_size=batch, grad_accum=setup.grad_accum * setup.batch_size // batch)
-        if estimate(spec, candidate).device_bytes <= hardware.usable_bytes or batch == 1:
-            return candidate
+        trial = changed if batch == setup.batch_size else _with_batch(changed, batch, effective)
+        if trial is None:
+            continue
+        est = estimate(spec, trial)
+        status = verdict(est, hardware).status
+        if status == "fits":
+            return _Candidate(keys | ({"grad-accum"} if batch < setup.batch_size else set()), trial, spec, est,
+                              status)
+    small = _with_batch(changed, 1, effective) if setup.batch_size > 1 else changed
+    if small is None:
+        return None
+    longest = max_int(spec, small, hardware, "seq_len", step=64).value
+    if not longest or longest < floor or longest >= setup.seq_len:
+        return None
+    trial = small.replace(seq_len=longest)
+    est = estimate(spec, trial)
+    extra = {"seq-len-short" if short else ("seq-len-half" if 2 * longest < setup.seq_len else "seq-len")}
+    return _Candidate(keys | extra | ({"grad-accum"} if setup.batch_size > 1 else set()), trial, spec, est,
+                      "fits")
+
+
+def _with_batch(setup: TrainingSetup, batch: int, effective: int) -> TrainingSetup | None:
+    try:
+        return setup.replace(batch_size=batch, grad_accum=effective // batch)
+    except MemfitError:      # optimizer in backward cannot accumulate
+        return None
+
+
+def _more_gpus(spec, setup, hardware) -> _Candidate | None:
+    """The fewest GPUs of this kind, and the lightest layout, that fit (up to 8 GPUs on one node)."""
+    if hardware.kind == "mac" or setup.world_size > 1 or setup.recipe == "mlx":
+        return None
+    for gpus in (2, 4, 8):
+        for shard, offload in (("zero2", "none"), ("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer")):
+            candidate = setup.replace(gpus=gpus, shard=shard, offload=offload)
+            est = estimate(spec, candidate)
+            if verdict(est, hardware).status == "fits":
+                return _Candidate(frozenset({"more-gpus"}), candidate, spec, est, "fits")
     return None
 
 
-_DIFF_FLAGS = (("method", "--method"), ("grad_ckpt", "--grad-ckpt"), ("chunked_ce", "--chunked-ce"),
-               ("optimizer", "--optimizer"), ("seq_len", "--seq-len"), ("batch_size", "--batch-size"),
-               ("grad_accum", "--grad-accum"), ("lora_rank", "--lora-rank"), ("gpus", "--gpus"),
-               ("shard", "--shard"), ("offload", "--offload"))
+def _smaller_model(spec, setup, hardware) -> _Candidate | None:
+    if not spec.source.startswith("catalog:"):
+        return None
+    from .sources.catalog import find_entry, spec_from_entry
+
+    entry = find_entry(spec.name)
+    result = biggest_model(setup, hardware, entry["family"]) if entry else None
+    if not result or not result.value or result.value == spec.name:
+        return None
+    smaller = spec_from_entry(find_entry(result.value))
+    est = estimate(smaller, setup)
+    return _Candidate(frozenset({"smaller-model"}), setup, smaller, est, verdict(est, hardware).status)
 
 
-def setup_diff(before: TrainingSetup, after: TrainingSetup) -> dict:
-    """The flags that turn `before` into `after` (what a combined suggestion changes)."""
-    args = {flag: getattr(after, field) for field, flag in _DIFF_FLAGS
-            if getattr(after, field) != getattr(before, field)}
-    if after.lora_targets != before.lora_targets:
-        args["--lora-targets"] = ",".join(after.lora_targets)
-    return args
+def _rank(keys) -> tuple[int, int]:
+    ranks = [COSTS[k][0] for k in keys] or [0]
+    return max(ranks), sum(ranks)
 
 
-def _combination(spec, setup, hardware, model_ref, hardware_args, base: Estimate) -> Suggestion | None:
-    """No single lever is enough: the cheapest set of levers that fits together (every subset is tried, by
-    total cost); if none does, all of them plus the longest length that then fits."""
-    from itertools import combinations
+def _undominated(candidates: list[_Candidate]) -> list[_Candidate]:
+    """Drop a candidate when another uses a subset of its levers and is no worse in batch and length (a lever
+    that is not needed is not advice), and drop repeats of the same run."""
+    out, seen = [], set()
+    for c in sorted(candidates, key=lambda c: (len(c.keys), _rank(c.keys))):
+        key = (c.spec.name, c.setup)
+        if key in seen:
+            continue
+        if any(d.keys < c.keys and d.spec is c.spec and d.setup.batch_size >= c.setup.batch_size
+               and d.setup.seq_len >= c.setup.seq_len for d in out):
+            continue
+        seen.add(key)
+        out.append(c)
+    return out
 
-    levers = [("grad-ckpt", "gradient checkpointing", lambda s: s.replace(grad_ckpt=True)),
-              ("chunked-ce", "chunked cross-entropy", lambda s: s.replace(chunked_ce=True))]
-    if setup.method == "full" and setup.optimizer != "adamw-8bit":
-        levers.append(("optimizer-8bit", "8-bit optimizer", lambda s: s.replace(optimizer="adamw-8bit")))
-    if setup.method in ("full", "lora"):
-        levers.append(("qlora", "QLoRA", lambda s: s.replace(method="qlora", optimizer_in_backward=False)))
-    if setup.method == "full":
-        levers.append(("lora", "LoRA", lambda s: s.replace(method="lora", optimizer_in_backward=False)))
-    subsets = [c for n in range(2, len(levers) + 1) for c in combinations(levers, n)
-               if not ({"qlora", "lora"} <= {k for k, _, _ in c})]
-    subsets.sort(key=lambda c: sum(COSTS[k][0] for k, _, _ in c))
-    chosen = None
-    for subset in subsets:
-        candidate = setup
-        for _, _, apply in subset:
-            candidate = apply(candidate)
-        if estimate(spec, candidate).device_bytes <= hardware.usable_bytes:
-            chosen = (subset, candidate)
-            break
-    if chosen is None:
-        subset = max(subsets, key=len) if subsets else tuple(levers)
-        candidate = setup
-        for _, _, apply in subset:
-            candidate = apply(candidate)
-        longest = max_int(spec, candidate, hardware, "seq_len", step=64).value
-        if not longest:
-            return None
-        candidate = candidate.replace(seq_len=longest)
-        subset = subset + (("seq-len", f"max length {longest}", None),)
-        chosen = (subset, candidate)
-    subset, combo = chosen
-    est = estimate(spec, combo)
-    return Suggestion(change=" + ".join(name for _, name, _ in subset), args=setup_diff(setup, combo),
-                      command=command_for(model_ref, combo, hardware_args), device_bytes=est.device_bytes,
-                      saving_bytes=base.device_bytes - est.device_bytes,
-                      cost="; ".join(COSTS[key][1] for key, _, _ in subset),
-                      fits=est.device_bytes <= hardware.usable_bytes,
-                      rank=sum(COSTS[key][0] for key, _, _ in subset))
+
+_WORDS = {"grad_ckpt": lambda v: "gradient checkpointing" if v else "no gradient checkpointing",
+          "chunked_ce": lambda v: "chunked cross-entropy" if v else "plain cross-entropy",
+          "optimizer": lambda v: f"optimizer {v}",
+          "seq_len": lambda v: f"max length {v}",
+          "method": lambda v: {"qlora": "QLoRA", "lora": "LoRA", "full": "full fine-tuning"}[v],
+          "gpus": lambda v: f"{v} GPUs", "shard": lambda v: f"{v}", "offload": lambda v: f"{v} offload",
+          "ckpt_offload": lambda v: "checkpoints offloaded" if v else "checkpoints on the GPU"}
+
+
+def _suggestion(c: _Candidate, spec, setup, base, hardware, command_for, model_ref, dataset, floor) -> Suggestion:
+    changes = {name: getattr(c.setup, name) for name in _changed(setup, c.setup)}
+    words = []
+    if "batch_size" in changes:
+        words.append(f"micro-batch {c.setup.batch_size} x accumulation {c.setup.grad_accum}")
+    words += [_WORDS[k](v) for k, v in changes.items() if k in _WORDS and (k != "offload" or v != "none")]
+    words += [f"{k.replace('_', ' ')} {v}" for k, v in changes.items()
+              if k not in _WORDS and k not in ("batch_size", "grad_accum", "lora_targets", "quant")]
+    if c.spec is not spec:
+        changes["model"] = c.spec.name
+        words.append(f"smaller model {c.spec.name}")
+    costs = [COSTS[k][1] for k in sorted(c.keys, key=lambda k: COSTS[k][0])]
+    if c.keys & {"seq-len", "seq-len-half", "seq-len-short"}:
+        costs.append(_length_cost(c.setup.seq_len, dataset, floor))
+    saving = base.device_bytes - c.estimate.device_bytes
+    ref = model_ref if c.spec is spec else c.spec.name
+    return Suggestion(change=" + ".join(words) or "no change", changes=changes, command=command_for(ref, c.setup),
+                      device_bytes=c.estimate.device_bytes, saving_bytes=saving, cost="; ".join(costs),
+                      status=c.status, rank=_rank(c.keys))
+
+
+def _changed(before: TrainingSetup, after: TrainingSetup) -> list[str]:
+    from .options import SETUP_FIELDS
+
+    return [name for name in SETUP_FIELDS if getattr(before, name) != getattr(after, name)]
+
+
+def _length_cost(length: int, dataset, floor: int) -> str:
+    if dataset is None:
+        return f"max length {length}: without a dataset memfit assumes examples of {TYPICAL_LENGTH_FLOOR}+ tokens"
+    cut = sum(n for a, b, n in dataset.histogram if a > length)
+    covered = "still covered" if length >= dataset.p99 else "cut"
+    return (f"p99 of your dataset is {dataset.p99} tokens ({covered}); about {cut / dataset.count:.0%} of "
+            f"examples are longer than {length}")
 
 
 # ---- common-mistake warnings --------------------------------------------------------------------------------
 def warnings_for(spec: ModelSpec, setup: TrainingSetup, est: Estimate, hardware: Hardware | None,
-                 verdict=None) -> list[dict]:
+                 ver=None) -> list[Caution]:
     out = []
     if est.download_bytes:
         ratio = est.device_bytes / est.download_bytes
-        out.append({"code": "download-vs-training",
-                    "message": f"the download is {est.download_bytes / GB:.1f} GB of 16-bit weights; this "
-                               f"training run needs {est.device_bytes / GB:.1f} GB, {ratio:.1f}x the download"})
+        out.append(Caution("download-vs-training",
+                           f"the download is {est.download_bytes / GB:.1f} GB of 16-bit weights; this training run "
+                           f"needs {est.device_bytes / GB:.1f} GB, {ratio:.1f}x the download"))
     if hardware is None:
         return out
     if hardware.kind == "mac" and hardware.usable_bytes >= 0.95 * hardware.capacity_bytes:
-        out.append({"code": "mac-whole-ram",
-                    "message": "the GPU limit given is the Mac's whole RAM; macOS and open apps need their share: "
-                               "plan on about three quarters (Metal's recommendedMaxWorkingSetSize)"})
+        out.append(Caution("mac-whole-ram",
+                           "the GPU limit given is the Mac's whole RAM; macOS and open apps need their share: plan "
+                           "on about three quarters (Metal's recommendedMaxWorkingSetSize)"))
+    if hardware.kind == "mac" and setup.optimizer in BNB_OPTIMIZERS:
+        out.append(Caution("bitsandbytes-on-mac",
+                           f"optimizer {setup.optimizer} is a bitsandbytes CUDA kernel; on a Mac use a torch or "
+                           f"MLX optimizer"))
     if hardware.kind == "memory" and _looks_like_system_ram(hardware.capacity_bytes):
-        out.append({"code": "memory-looks-like-system-ram",
-                    "message": f"{hardware.capacity_bytes / GB:.0f} GB matches no single GPU but is a common "
-                               f"system-RAM size: only the card's own memory counts (see `memfit gpus`)"})
-    if verdict is not None and verdict.fits and verdict.margin_bytes < 0.10 * verdict.usable_bytes:
-        try:
-            grow_len = max_int(spec, setup, hardware, "seq_len", step=64).value
-            grow_batch = max_int(spec, setup, hardware, "batch_size").value
-        except MemfitError:
-            grow_len = grow_batch = None
-        out.append({"code": "thin-margin",
-                    "message": f"only {gib(verdict.margin_bytes)} to spare: raising length or batch will not fit "
-                               f"(longest length at this batch: {grow_len}; largest batch at this length: "
-                               f"{grow_batch})"})
+        out.append(Caution("memory-looks-like-system-ram",
+                           f"{hardware.capacity_bytes / GB:.0f} GB matches no single GPU but is a common system-RAM "
+                           f"size: only the card's own memory counts (see `memfit gpus`)"))
+    if ver is not None and ver.status == "fits" and ver.margin_bytes < 0.10 * ver.usable_bytes \
+            and not spec.is_rule_of_thumb:
+        grow_len = max_int(spec, setup, hardware, "seq_len", step=64).value
+        grow_batch = max_int(spec, setup, hardware, "batch_size").value
+        out.append(Caution("thin-margin",
+                           f"only {gib(ver.margin_bytes)} to spare: raising length or batch will not fit (longest "
+                           f"length at this batch: {grow_len}; largest batch at this length: {grow_batch})"))
     return out
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import InvalidSetupError, MemfitError, UsageError  # noqa: F401
-
+from .errors import InvalidSetupError, MemfitError, UsageError
+from .options import add_options, flag_name
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,65 +24,20 @@ def _int(text: str) -> int:
         raise InvalidSetupError(f"{text!r} is not a whole number") from None
 
 
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise InvalidSetupError(f"{text!r} is not a number") from None
-
-
 def add_setup_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("training setup (defaults: the recipe's, marked * in the output)")
-    g.add_argument("--method", choices=["full", "lora", "qlora"], help="default lora")
-    g.add_argument("--batch-size", type=_int, help="micro-batch size per GPU (default 1)")
-    g.add_argument("--seq-len", type=_int, help="max sequence length in tokens (default 2048)")
-    g.add_argument("--precision", help="auto|bf16|fp16|fp32|bf16-mixed|fp16-mixed (default auto: the checkpoint dtype)")
-    g.add_argument("--optimizer", help="adamw|adamw-fused|adamw-loop|adamw-bnb|adamw-8bit|paged-adamw|"
-                                       "paged-adamw-8bit|sgd|adafactor (HF names like adamw_torch_fused work too)")
-    g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
-                   help="gradient checkpointing")
-    g.add_argument("--reentrant", action="store_true", default=None,
-                   help="reentrant gradient checkpointing (transformers v4's default; v5 uses non-reentrant)")
-    g.add_argument("--attn", choices=["sdpa", "flash", "eager"])
-    g.add_argument("--lora-rank", type=_int)
-    g.add_argument("--lora-targets", help="all-linear or a list such as q,k,v,o,gate,up,down")
-    g.add_argument("--lora-dropout", type=_float)
-    g.add_argument("--quant", choices=["nf4", "nf4-dq", "fp4", "int8"], help="QLoRA base quantization")
-    g.add_argument("--grad-accum", type=_int, help="gradient accumulation steps")
-    g.add_argument("--chunked-ce", action=argparse.BooleanOptionalAction, default=None,
-                   help="chunked cross-entropy (the recipe's own, torchtune-style for hf)")
-    g.add_argument("--optimizer-in-backward", action="store_true", default=None)
-    g.add_argument("--kbit-upcast", action="store_true", default=None,
-                   help="QLoRA: prepare_model_for_kbit_training's fp32 upcast of norms/embeddings/lm_head")
-    g.add_argument("--padding", action="store_true", default=None, help="batches carry a padding mask")
-    g.add_argument("--recipe", default="hf", help="hf|torchtune|litgpt|unsloth|axolotl|pytorch|mlx (default hf)")
-    g.add_argument("--gpus", type=_int, help="GPUs per node (default 1)")
-    g.add_argument("--nodes", type=_int, help="nodes (default 1)")
-    g.add_argument("--shard", choices=["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op",
-                                       "hsdp"], help="data-parallel layout (default none; required above 1 GPU)")
-    g.add_argument("--offload", choices=["none", "optimizer", "optimizer+params"],
-                   help="ZeRO / FSDP CPU offload (default none)")
+    add_options(p, "setup")
 
 
 def add_hardware_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("hardware (one of)")
-    g.add_argument("--gpu", help="a GPU from `memfit gpus`, e.g. rtx-4090, a100-80gb; "
-                                 "or auto (detect this machine's)")
-    g.add_argument("--memory", help="a card's own memory, e.g. 24GiB (never system RAM)")
-    g.add_argument("--mac", help="an Apple-silicon Mac's unified memory, e.g. 36GB")
-    g.add_argument("--mac-wired-limit", help="override the Mac's GPU limit (sysctl iogpu.wired_limit_mb)")
-    g.add_argument("--host-ram", help="the machine's RAM, checked against what --offload moves to it (e.g. 256GB)")
+    add_options(p, "hardware")
 
 
 def add_dataset_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("dataset check")
-    g.add_argument("--dataset", help="JSONL, JSON, CSV or Parquet training data (text, prompt/completion, "
-                                     "instruction/output or chat messages)")
-    g.add_argument("--tokenizer", help="tokenizer.json or a model directory (with its chat template)")
+    add_options(p, "dataset")
 
 
-def add_format(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=["text", "json"], default="text")
+def add_format(p: argparse.ArgumentParser, choices=("text", "json")) -> None:
+    p.add_argument("--format", choices=list(choices), default="text")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_setup_args(p)
     add_hardware_args(p)
     add_dataset_args(p)
-    add_format(p)
+    add_format(p, ("text", "json", "markdown"))
 
     p = sub.add_parser("trace", help="measure a real training step on fake tensors (or a real GPU)")
     p.add_argument("model")
@@ -106,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true", help="show the analytic estimate beside the trace")
     p.add_argument("--device", choices=["fake", "cuda"], default="fake",
                    help="fake: fake CPU tensors, no GPU needed (default); cuda: a real run with random weights")
-    p.add_argument("--steps", type=_int, default=2, help="optimizer steps to run (at least 2)")
+    p.add_argument("--steps", type=_int, default=2, help="optimizer steps to run (2 to 20)")
     add_format(p)
 
     p = sub.add_parser("max", help="the longest length, largest batch or biggest catalog model that fits")
@@ -135,9 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="the training config file (YAML or JSON)")
     p.add_argument("--format-of", choices=["axolotl", "llamafactory", "torchtune", "trl", "mlx"],
                    help="force the tool (detected from the content otherwise)")
-    p.add_argument("--write-suggested", metavar="OUT", help="write the config with the best fitting change applied")
-    p.add_argument("--tokenizer", help="tokenizer for the length check of the config's local dataset")
-    p.add_argument("--gpus", type=_int, help="GPUs per node, for a config that shards (DeepSpeed, FSDP)")
+    p.add_argument("--write-suggested", metavar="OUT", help="write the config with the best fitting change applied "
+                                                             "(never over the input, unless --in-place)")
+    p.add_argument("--in-place", action="store_true", help="with --write-suggested: allow OUT to be the input")
+    add_options(p, "dataset", ("tokenizer",))
+    add_options(p, "setup", ("gpus",))
     add_hardware_args(p)
     add_format(p)
 
@@ -186,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         output = COMMANDS[args.command](args)
+    except InvalidSetupError as exc:
+        print(f"error: {exc.render(flag_name)}", file=sys.stderr)
+        return exc.exit_code
     except MemfitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -25,12 +25,50 @@ class UsageError(MemfitError):
     exit_code = 2
 
 
-class InvalidSetupError(MemfitError):
-    """One or more problems with a setup; ``problems`` holds each one."""
+class Problem:
+    """One thing wrong with a request. ``template`` names options in braces (``{seq_len}``); each face renders
+    them in its own vocabulary: ``--seq-len`` on the command line, ``seq_len`` in JSON and Python."""
 
-    def __init__(self, problems: list[str] | str):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("; ".join(self.problems))
+    __slots__ = ("field", "template")
+
+    def __init__(self, field: str | None, template: str):
+        self.field, self.template = field, template
+
+    def render(self, namer=lambda name: name) -> str:
+        return self.template.format_map(_Names(namer))
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __repr__(self) -> str:
+        return f"Problem({self.field!r}, {self.template!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Problem) and (self.field, self.template) == (other.field, other.template)
+
+    def __hash__(self) -> int:
+        return hash((self.field, self.template))
+
+
+class _Names(dict):
+    def __init__(self, namer):
+        super().__init__()
+        self.namer = namer
+
+    def __missing__(self, key: str) -> str:
+        return self.namer(key)
+
+
+class InvalidSetupError(MemfitError):
+    """One or more problems with a setup; ``problems`` holds each one (a ``Problem`` or plain text)."""
+
+    def __init__(self, problems: list | str | Problem):
+        self.problems = [problems] if isinstance(problems, (str, Problem)) else list(problems)
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+    def render(self, namer) -> str:
+        """The message with option names in a face's vocabulary (``flag_name`` for the CLI)."""
+        return "; ".join(p.render(namer) if isinstance(p, Problem) else p for p in self.problems)
 
 
 class UnknownModelError(MemfitError):

@@ -23,7 +23,7 @@ from .recipes import get_recipe
 from .setup import OPTIMIZERS, TrainingSetup
 from .spec import ModelSpec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2   # 2: suggestions carry option `changes` and a `status`; setup lists `explicit`
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .advisor import command_for
 from .estimator import estimate
 from .hardware import Hardware
 from .setup import TrainingSetup
 from .spec import ModelSpec
+from .verdict import fits
 
 EFFECTIVE_BATCH = 16
 BATCHES = (8, 4, 2, 1)
@@ -51,28 +51,30 @@ def best_for_method(spec: ModelSpec, base: TrainingSetup, method: str, hardware:
     smallest = None
     for extra in options:
         for batch in BATCHES:
-            setup = TrainingSetup.from_recipe(base.recipe, method=method, seq_len=base.seq_len, batch_size=batch,
-                                              grad_accum=max(1, EFFECTIVE_BATCH // batch), attn=base.attn,
-                                              **extra)
-            device = estimate(spec, setup).device_bytes
+            # Accumulation brings the effective batch to 16, except where the optimizer steps inside backward
+            # (torchtune's full recipe), which cannot accumulate.
+            accum = 1 if base.with_method(method).optimizer_in_backward else max(1, EFFECTIVE_BATCH // batch)
+            setup = base.with_method(method).replace(batch_size=batch, grad_accum=accum, **extra)
+            est = estimate(spec, setup)
+            device = est.device_bytes
             smallest = device if smallest is None else min(smallest, device)
-            if device <= hardware.usable_bytes:
+            if fits(est, hardware):
                 notes = []
                 if setup.grad_ckpt:
                     notes.append("gradient checkpointing: about 20-30% slower")
                 if setup.optimizer == "adamw-8bit":
                     notes.append("8-bit AdamW states")
                 return setup, device, tuple(notes)
-    return None, smallest, (f"does not fit even at batch 1 with checkpointing (needs at least "
-                            f"{smallest / 2**30:.1f} GiB)",)
+    return None, smallest, ("does not fit even at batch 1 with checkpointing",)
 
 
-def plan(spec: ModelSpec, base: TrainingSetup, hardware: Hardware, model_ref: str, hardware_args: list[str],
+def plan(spec: ModelSpec, base: TrainingSetup, hardware: Hardware, command_for,
          methods: tuple[str, ...] = ("full", "lora", "qlora")) -> tuple[PlanOption | None, list[PlanOption]]:
+    """`command_for(setup)` writes the command that reproduces a setup."""
     options = []
     for method in methods:
         setup, device, notes = best_for_method(spec, base, method, hardware)
-        command = command_for(model_ref, setup, hardware_args) if setup else None
+        command = command_for(setup) if setup else None
         options.append(PlanOption(method, setup, device, command, TRADE_OFFS[method], notes))
     recommended = next((o for o in options if o.setup is not None), None)
     return recommended, [o for o in options if o is not recommended]

@@ -1,8 +1,9 @@
 """Recipe presets: the defaults each training stack really uses, with where each default comes from.
 
 A recipe decides what the user did not: the dtype the model is loaded in, whether the trainer wraps the forward
-in autocast, the optimizer implementation, checkpointing, the LoRA defaults, how the loss is computed. Flags
-always override a recipe. Sources are cited per field in ``sources``.
+in autocast, the optimizer implementation, checkpointing, the LoRA defaults, how the loss is computed. What the
+user sets always wins (TrainingSetup resolves the rest through ``Recipe.default``). Sources are cited per field
+in ``sources``.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import InvalidSetupError
+from .options import ALL_TARGETS, OPTIMIZERS
 
-ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+# The setup options a recipe gives a default for (the rest come from the options table).
+RECIPE_FIELDS = ("precision", "optimizer", "grad_ckpt", "attn", "lora_rank", "lora_targets", "lora_dropout", "quant")
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,19 @@ class Recipe:
     # Stacks that build their own model code (LitGPT) change the architecture facts that matter for memory.
     arch_overrides: dict = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+    optimizers: tuple[str, ...] = tuple(OPTIMIZERS)   # what the stack can instantiate
+
+    def default(self, name: str, method: str):
+        """This stack's default for setup option `name` with `method`, or None where it has none."""
+        if method == "qlora" and name in self.qlora_overrides:
+            return self.qlora_overrides[name]
+        if method == "full" and name in self.full_overrides:
+            return self.full_overrides[name]
+        if name in RECIPE_FIELDS:
+            return getattr(self, name)
+        if name == "chunked_ce":
+            return self.loss not in ("hf", "plain")
+        return None
 
 
 RECIPES: dict[str, Recipe] = {
@@ -105,6 +121,7 @@ RECIPES: dict[str, Recipe] = {
         precision="bf16", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",
         lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=True, loss="hf",
         fp32_logits_copy=False, quant="nf4", fused_norm=True, lora_layers=16,
+        optimizers=("adamw", "sgd", "adafactor"),
         sources=("ml-explore/mlx-lm mlx_lm/lora.py: num_layers 16, rank 8, scale 20, dropout 0, batch 4, "
                  "adam optimizer; LoRA weights fp32 (mlx_lm/tuner/lora.py)",
                  "mx.fast.rms_norm is one fused kernel")),

@@ -1,7 +1,8 @@
 """`memfit max`: the longest length, the largest batch, the biggest catalog model that fit, by exact search.
 
-Memory never falls as length or batch grow (a tested property), so a doubling-then-bisection search over
-`estimate()` finds the exact boundary: the answer fits and the next step up does not.
+"Fits" is verdict.py's one rule (the whole range within usable memory). Memory never falls as length or batch
+grow (a tested property), so a doubling-then-bisection search over `estimate()` finds the exact boundary: the
+answer re-checks as FITS and the next step up does not.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from .estimator import estimate
 from .hardware import Hardware
 from .setup import MAX_BATCH, MAX_SEQ_LEN, TrainingSetup
 from .spec import ModelSpec
+from .verdict import fits
 
 
 @dataclass(frozen=True)
@@ -25,8 +27,8 @@ class MaxResult:
 
 
 def _fits(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> tuple[bool, int]:
-    device = estimate(spec, setup).device_bytes
-    return device <= hardware.usable_bytes, device
+    est = estimate(spec, setup)
+    return fits(est, hardware), est.device_bytes
 
 
 def max_int(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, field: str, step: int = 1) -> MaxResult:

@@ -1,45 +1,36 @@
-"""`memfit serve`: a local web page over the same estimate code as the CLI, through a small JSON API.
+"""`memfit serve`: a local web page and JSON API over the same report as the CLI (Starlette on uvicorn).
 
     GET  /                      the page (assets shipped in the package: no CDN, works offline)
     GET  /assets/<file>         app.js, style.css (a fixed list; nothing else is ever served)
     GET  /api/models?q=TEXT     catalog search: [{slug, id, family, params}]
     GET  /api/gpus              the GPU catalog
-    POST /api/estimate          body: the CLI's options as JSON ({"model", "method", "batch_size", ...});
-                                answer: exactly what `memfit estimate --format json` prints for them.
-                                An uploaded config.json goes in "config" (an object) instead of "model".
-    POST /api/curve             body: as /api/estimate; answer: device bytes against max length for full,
-                                LoRA and QLoRA, and the length where each stops fitting.
+    GET  /api/schema            JSON Schema of the request body, from the options table (defaults, units, values)
+    POST /api/estimate          body: {"model" | "config", and any option of the schema}; answer: exactly what
+                                `memfit estimate --format json` prints for the same options
+    POST /api/curve             body: as /api/estimate; device bytes against max length for full, LoRA and
+                                QLoRA, and the longest length where each fits
 
-Errors are JSON {"error": "..."} with 400 (malformed request), 404, 413 (body over 1 MiB) or 422 (a valid
-request memfit cannot estimate: unknown model, impossible number). The server binds 127.0.0.1 by default.
+Errors are JSON {"error": "..."}: 400 (malformed: not JSON, not an object, an unknown option, a wrong type),
+404, 405 (another method), 408 (the body did not arrive in time), 413 (body over 1 MiB), 415 (not
+application/json) or 422 (a valid request memfit cannot estimate: unknown model, impossible number). Models come
+from the catalog, the local Hugging Face cache, the Hub or an uploaded config, never from a path on the server.
+Bound to 127.0.0.1 by default, where only localhost Host headers are answered (no DNS rebinding).
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import json
-import tempfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 from .data import DATA_DIR
-from .errors import MemfitError, UsageError
+from .errors import InvalidSetupError, MemfitError, MissingExtraError, SourceError, UsageError
 
 MAX_BODY_BYTES = 1 << 20
+BODY_TIMEOUT_S = 10        # a request whose body has not arrived by then is dropped (408)
 ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
-# JSON option -> CLI flag, and the JSON type each must have.
-OPTIONS = {
-    "method": ("--method", str), "batch_size": ("--batch-size", int), "seq_len": ("--seq-len", int),
-    "precision": ("--precision", str), "optimizer": ("--optimizer", str), "grad_ckpt": ("--grad-ckpt", bool),
-    "attn": ("--attn", str), "lora_rank": ("--lora-rank", int), "lora_targets": ("--lora-targets", str),
-    "lora_dropout": ("--lora-dropout", float), "quant": ("--quant", str), "grad_accum": ("--grad-accum", int),
-    "chunked_ce": ("--chunked-ce", bool), "recipe": ("--recipe", str), "gpus": ("--gpus", int),
-    "nodes": ("--nodes", int), "shard": ("--shard", str), "offload": ("--offload", str), "gpu": ("--gpu", str),
-    "memory": ("--memory", str), "mac": ("--mac", str), "mac_wired_limit": ("--mac-wired-limit", str),
-    "padding": ("--padding", bool), "kbit_upcast": ("--kbit-upcast", bool),
-}
-CURVE_LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff",
+                     "Content-Security-Policy": "default-src 'self'; style-src 'self'; script-src 'self'"}
 
 
 class RequestError(Exception):
@@ -48,158 +39,56 @@ class RequestError(Exception):
         self.status = status
 
 
-def argv_for(options: dict, model_ref: str) -> list[str]:
-    """The `memfit estimate` command line that a JSON request stands for."""
-    argv = ["estimate", model_ref, "--format", "json"]
-    for key, value in options.items():
-        if key in ("model", "config"):
-            continue
-        if key not in OPTIONS:
-            raise RequestError(400, f"unknown option {key!r} (known: model, config, {', '.join(OPTIONS)})")
-        flag, kind = OPTIONS[key]
-        if value is None:
-            continue
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise RequestError(400, f"{key} must be true or false")
-            if flag in ("--padding", "--kbit-upcast"):
-                argv += [flag] if value else []
-            else:
-                argv.append(flag if value else "--no-" + flag[2:])
-            continue
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise RequestError(400, f"{key} must be an integer")
-        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise RequestError(400, f"{key} must be a number")
-        if kind is str and not isinstance(value, str):
-            raise RequestError(400, f"{key} must be a string")
-        if kind is int and abs(value) > 10**12:
-            raise RequestError(422, f"{key} {value} is absurdly large")
-        argv += [flag, str(value)]
-    return argv
+def request_from_body(body: dict):
+    """The Request a JSON body stands for; malformed bodies raise RequestError(400)."""
+    from .options import values_from_json
+    from .report import Request
 
-
-def run_estimate(options: dict) -> dict:
-    """Exactly the CLI's JSON for these options (the same parser and command run in-process)."""
-    from .cli import build_parser
-    from .commands import cmd_estimate
-
-    with _model_ref(options) as ref:
-        argv = argv_for(options, ref)
-        try:
-            args = build_parser().parse_args(argv)
-            return json.loads(cmd_estimate(args))
-        except UsageError as exc:
-            raise RequestError(400, str(exc).removeprefix("memfit estimate: ")) from None
-        except MemfitError as exc:
-            raise RequestError(422, str(exc)) from None
-
-
-@contextlib.contextmanager
-def _model_ref(options: dict):
-    if "config" in options:
-        if not isinstance(options["config"], dict):
-            raise RequestError(400, "config must be a JSON object (the contents of a config.json)")
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "config.json"
-            path.write_text(json.dumps(options["config"]))
-            yield str(path)
-        return
-    model = options.get("model")
-    if not isinstance(model, str) or not model.strip():
+    rest = {k: v for k, v in body.items() if k not in ("model", "config")}
+    try:
+        values = values_from_json(rest)
+    except UsageError as exc:
+        raise RequestError(400, str(exc)) from None
+    model, config = body.get("model"), body.get("config")
+    if config is not None and not isinstance(config, dict):
+        raise RequestError(400, "config must be a JSON object (the contents of a config.json)")
+    if config is None and (not isinstance(model, str) or not model.strip()):
         raise RequestError(400, "give a model (catalog name or HF id) or an uploaded config")
-    if model.startswith((".", "/", "~")) or "\\" in model:
-        raise RequestError(400, "the page takes catalog names and Hub ids, not paths on the server")
-    yield model
+    if model is not None and config is not None:
+        raise RequestError(400, "give a model or a config, not both")
+    return Request.from_values(values, model=model if config is None else None, config=config, local_paths=False)
 
 
-def run_curve(options: dict) -> dict:
-    out = {"lengths": list(CURVE_LENGTHS), "methods": {}}
-    for method in ("full", "lora", "qlora"):
-        points, last_fit = [], None
-        for length in CURVE_LENGTHS:
-            data = run_estimate({**{k: v for k, v in options.items() if k not in ("method", "seq_len",
-                                                                                 "lora_rank", "lora_targets")},
-                                 "method": method, "seq_len": length})
-            points.append(data["device_bytes"])
-            verdict = data.get("verdict")
-            if verdict and verdict["status"] != "does-not-fit":
-                last_fit = length
-        out["methods"][method] = {"device_bytes": points, "longest_fitting_length": last_fit}
-    return out
+def estimate_json(body: dict) -> str:
+    """What POST /api/estimate answers: the CLI's JSON text for the same options."""
+    from .render.jsonout import dumps, report_dict
+    from .report import report
+
+    request = request_from_body(body)
+    try:
+        return dumps(report_dict(report(request)))
+    except MemfitError as exc:
+        raise _unprocessable(exc) from None
 
 
-class Handler(BaseHTTPRequestHandler):
-    server_version = "memfit"
+def curve_json(body: dict) -> str:
+    from .render.jsonout import dumps
+    from .report import load_request_hardware, load_request_model, method_curves, resolve_setup
 
-    def log_message(self, fmt, *args):   # quiet: a local tool
-        pass
+    request = request_from_body(body)
+    try:
+        hardware, _ = load_request_hardware(request)
+        spec, _ = load_request_model(request)
+        if spec.is_rule_of_thumb:
+            raise InvalidSetupError("a bare size has no architecture: length does not enter the rule of thumb")
+        return dumps(method_curves(spec, resolve_setup(request), hardware))
+    except MemfitError as exc:
+        raise _unprocessable(exc) from None
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        if status == 413:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'")
-        self.end_headers()
-        self.wfile.write(body)
 
-    def _json(self, status: int, data) -> None:
-        self._send(status, json.dumps(data).encode(), "application/json")
-
-    def do_GET(self):  # noqa: N802 (http.server's naming)
-        url = urlparse(self.path)
-        try:
-            if url.path in ("/", "/index.html"):
-                return self._send(200, (DATA_DIR / "web" / "index.html").read_bytes(), "text/html; charset=utf-8")
-            if url.path.startswith("/assets/"):
-                name = url.path.removeprefix("/assets/")
-                if name not in ASSETS:
-                    raise RequestError(404, "no such asset")
-                return self._send(200, (DATA_DIR / "web" / name).read_bytes(), ASSETS[name])
-            if url.path == "/api/models":
-                return self._json(200, _search_models(parse_qs(url.query).get("q", [""])[0]))
-            if url.path == "/api/gpus":
-                from .hardware import gpu_catalog
-
-                return self._json(200, [{"slug": g["slug"], "name": g["name"], "memory_bytes": g["memory_bytes"]}
-                                        for g in gpu_catalog()])
-            raise RequestError(404, "not found")
-        except RequestError as exc:
-            self._json(exc.status, {"error": str(exc)})
-
-    def do_POST(self):  # noqa: N802
-        url = urlparse(self.path)
-        try:
-            options = self._read_json()
-            if url.path == "/api/estimate":
-                return self._json(200, run_estimate(options))
-            if url.path == "/api/curve":
-                return self._json(200, run_curve(options))
-            raise RequestError(404, "not found")
-        except RequestError as exc:
-            self._json(exc.status, {"error": str(exc)})
-        except Exception as exc:  # a bug, not bad input: still an answer, never a dropped connection
-            self._json(500, {"error": f"internal error: {type(exc).__name__}"})
-
-    def _read_json(self) -> dict:
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            raise RequestError(400, "bad Content-Length") from None
-        if length > MAX_BODY_BYTES:
-            raise RequestError(413, f"request body over {MAX_BODY_BYTES} bytes")
-        raw = self.rfile.read(length) if length > 0 else b""
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise RequestError(400, "the body is not valid JSON") from None
-        if not isinstance(data, dict):
-            raise RequestError(400, "the body must be a JSON object of options")
-        return data
+def _unprocessable(exc: MemfitError) -> RequestError:
+    text = exc.render(lambda name: name) if isinstance(exc, InvalidSetupError) else str(exc)
+    return RequestError(422, text)
 
 
 def _search_models(query: str) -> list[dict]:
@@ -211,18 +100,132 @@ def _search_models(query: str) -> list[dict]:
     return sorted(rows, key=lambda r: (r["family"], r["params"]))
 
 
-def make_server(host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+def create_app(host: str = "127.0.0.1"):
+    """The Starlette application (tests drive it with httpx; `serve` runs it on uvicorn)."""
+    try:
+        from starlette.applications import Starlette
+        from starlette.concurrency import run_in_threadpool
+        from starlette.exceptions import HTTPException
+        from starlette.middleware import Middleware
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+        from starlette.responses import Response
+        from starlette.routing import Route
+    except ImportError:
+        raise MissingExtraError('memfit serve needs Starlette and uvicorn: pip install "memfit[serve]"') from None
+
+    def json_response(status: int, text: str) -> Response:
+        return Response(text, status_code=status, media_type="application/json", headers=_SECURITY_HEADERS)
+
+    def error(status: int, message: str) -> Response:
+        return json_response(status, json.dumps({"error": message}))
+
+    async def read_json(request) -> dict:
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            raise RequestError(415, "send the body as application/json")
+        try:
+            declared = int(request.headers.get("content-length", "0"))
+        except ValueError:
+            raise RequestError(400, "bad Content-Length") from None
+        if declared > MAX_BODY_BYTES:
+            raise RequestError(413, f"request body over {MAX_BODY_BYTES} bytes")
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > MAX_BODY_BYTES:
+                        raise RequestError(413, f"request body over {MAX_BODY_BYTES} bytes")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise RequestError(408, f"the request body did not arrive within {BODY_TIMEOUT_S} s") from None
+        try:
+            data = json.loads(b"".join(chunks).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise RequestError(400, "the body is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise RequestError(400, "the body must be a JSON object of options")
+        return data
+
+    async def index(request):
+        return Response((DATA_DIR / "web" / "index.html").read_bytes(), media_type="text/html; charset=utf-8",
+                        headers=_SECURITY_HEADERS)
+
+    async def asset(request):
+        name = request.path_params["name"]
+        if name not in ASSETS:
+            raise RequestError(404, "no such asset")
+        return Response((DATA_DIR / "web" / name).read_bytes(), media_type=ASSETS[name], headers=_SECURITY_HEADERS)
+
+    async def models(request):
+        return json_response(200, json.dumps(_search_models(request.query_params.get("q", ""))))
+
+    async def gpus(request):
+        from .hardware import gpu_catalog
+
+        return json_response(200, json.dumps([{"slug": g["slug"], "name": g["name"],
+                                               "memory_bytes": g["memory_bytes"]} for g in gpu_catalog()]))
+
+    async def schema(request):
+        from .options import json_schema
+
+        return json_response(200, json.dumps(json_schema()))
+
+    async def answer(request, compute):
+        try:
+            return json_response(200, await run_in_threadpool(compute, await read_json(request)))
+        except RequestError:
+            raise
+        except Exception as exc:   # a bug, not bad input: still a JSON answer, never a dropped connection
+            return error(500, f"internal error: {type(exc).__name__}")
+
+    async def estimate(request):
+        return await answer(request, estimate_json)
+
+    async def curve(request):
+        return await answer(request, curve_json)
+
+    async def on_request_error(request, exc: RequestError):
+        return error(exc.status, str(exc))
+
+    async def on_http_error(request, exc: HTTPException):
+        words = {404: "not found", 405: "method not allowed"}
+        return error(exc.status_code, words.get(exc.status_code, exc.detail or "bad request"))
+
+    routes = [Route("/", index), Route("/index.html", index), Route("/assets/{name}", asset),
+              Route("/api/models", models), Route("/api/gpus", gpus), Route("/api/schema", schema),
+              Route("/api/estimate", estimate, methods=["POST"]), Route("/api/curve", curve, methods=["POST"])]
+    middleware = []
+    if host in LOOPBACK:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]",
+                                                                           "testserver"]))
+    return Starlette(routes=routes, middleware=middleware,
+                     exception_handlers={RequestError: on_request_error, HTTPException: on_http_error})
 
 
 def serve(host: str, port: int) -> None:
-    server = make_server(host, port)
-    print(f"memfit: http://{host}:{server.server_address[1]}/  (Ctrl-C to stop)", flush=True)
+    """Run the page on host:port until Ctrl-C. A busy port or an address that cannot be bound is one error."""
+    import socket
+
+    app = create_app(host)
     try:
-        server.serve_forever()
+        import uvicorn
+    except ImportError:
+        raise MissingExtraError('memfit serve needs Starlette and uvicorn: pip install "memfit[serve]"') from None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SourceError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    # The listen queue holds 2048 connections (uvicorn's default backlog): bursts of clients wait, not reset.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=5, backlog=2048,
+                            h11_max_incomplete_event_size=64 * 1024)
+    print(f"memfit: http://{host}:{sock.getsockname()[1]}/  (Ctrl-C to stop)", flush=True)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()
+        sock.close()

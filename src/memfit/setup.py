@@ -1,71 +1,95 @@
 """TrainingSetup: everything about a run that is not the model or the hardware. Frozen and validated.
 
-Build one directly (fields default to what a user of the ``hf`` recipe gets) or with
-``TrainingSetup.from_recipe("torchtune", method="lora", seq_len=4096)``, which takes that stack's defaults.
+A setup is a recipe plus the values you set. ``TrainingSetup(method="qlora")`` and
+``TrainingSetup(recipe="torchtune", method="full", seq_len=4096)`` fill every field you leave out (or pass as
+None) with that recipe's default for the method, and otherwise the options table's (options.py), so the Python
+API, the command line, the web page and ``memfit check`` resolve the same request to the same setup. The fields
+you set are kept in ``explicit``: ``replace`` re-resolves the others (switching to QLoRA under the hf recipe turns
+on the checkpointing it implies), and the reproducing command names only them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .errors import InvalidSetupError
-from .recipes import ALL_TARGETS, RECIPES, get_recipe
+from .errors import InvalidSetupError, Problem
+from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_SEQ_LEN, METHODS, OFFLOADS,  # noqa: F401
+                      OPTIMIZER_ALIASES, OPTIMIZERS, PRECISIONS, QUANTS, SETUP_FIELDS, SHARDS, check_range,
+                      normalize)
+from .options import parse_targets as _parse_targets
+from .recipes import RECIPES
 
-METHODS = ("full", "lora", "qlora")
-PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed")
-OPTIMIZERS = {
-    "adamw": "torch AdamW, foreach implementation (the CUDA default when no flag is given)",
-    "adamw-fused": "torch AdamW(fused=True), HF Trainer's adamw_torch_fused",
-    "adamw-loop": "torch AdamW(foreach=False), the for-loop implementation",
-    "adamw-bnb": "bitsandbytes 32-bit AdamW (fp32 states even for bf16 weights)",
-    "adamw-8bit": "bitsandbytes AdamW8bit (blockwise 8-bit states)",
-    "paged-adamw": "bitsandbytes PagedAdamW (32-bit states in CUDA managed memory)",
-    "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit (8-bit states in CUDA managed memory)",
-    "sgd": "torch SGD with momentum",
-    "adafactor": "transformers Adafactor (factored second moment, no first moment)",
-}
-OPTIMIZER_ALIASES = {"adamw-torch": "adamw", "adamw_torch": "adamw", "adamw_torch_fused": "adamw-fused",
-                     "adamw-torch-fused": "adamw-fused", "adamw_8bit": "adamw-8bit", "adamw_bnb_8bit": "adamw-8bit",
-                     "paged_adamw_8bit": "paged-adamw-8bit", "paged_adamw_32bit": "paged-adamw",
-                     "paged-adamw-32bit": "paged-adamw", "adam": "adamw", "adamw-foreach": "adamw"}
-ATTENTION = ("sdpa", "flash", "eager")
-QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
-SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
-OFFLOADS = ("none", "optimizer", "optimizer+params")
-
-# Past these a number is a typo, not a plan: no single device trains 1M tokens per micro-batch.
-MAX_SEQ_LEN = 1 << 21
-MAX_BATCH = 1 << 16
-MAX_RANK = 1 << 14
+_SHARDED = ("zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 
 
 @dataclass(frozen=True)
 class TrainingSetup:
-    method: str = "lora"
-    batch_size: int = 1
-    seq_len: int = 2048
-    precision: str = "auto"
-    optimizer: str = "adamw-fused"
-    grad_ckpt: bool = False
-    attn: str = "sdpa"
-    lora_rank: int = 8
-    lora_targets: tuple[str, ...] = ("q", "v")
-    lora_dropout: float = 0.0
-    quant: str = "nf4-dq"
-    grad_accum: int = 1
-    chunked_ce: bool = False
-    optimizer_in_backward: bool = False
-    recipe: str = "hf"
-    gpus: int = 1                    # GPUs per node
-    nodes: int = 1
-    shard: str = "none"              # none | ddp | zero1 | zero2 | zero3 | fsdp | fsdp-shard-grad-op | hsdp
-    offload: str = "none"            # none | optimizer | optimizer+params
-    kbit_upcast: bool = False        # peft.prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
-    padding: bool = False            # batches carry a padding mask (attention_mask with zeros)
-    ckpt_reentrant: bool = False     # torch.utils.checkpoint use_reentrant=True (transformers v4's default)
+    """One training run's setup. Sizes: ``batch_size`` sequences per GPU per micro-batch, ``seq_len`` tokens."""
+
+    recipe: str = "hf"                          # whose defaults fill the rest (recipes.py)
+    method: str | None = None                   # full | lora | qlora
+    batch_size: int | None = None               # sequences per micro-batch per GPU
+    seq_len: int | None = None                  # tokens per sequence (the max length: no padding assumed)
+    grad_accum: int | None = None               # micro-batches per optimizer step: gradients persist between
+    precision: str | None = None                # auto = the checkpoint's dtype as the recipe trains it
+    autocast: bool | None = None                # forward under torch.autocast (Trainer bf16=True)
+    optimizer: str | None = None                # memfit's name (options.OPTIMIZERS)
+    optimizer_in_backward: bool | None = None   # steps inside backward: no full set of gradients at once
+    grad_ckpt: bool | None = None               # keep only each layer's input, recompute in backward
+    ckpt_reentrant: bool | None = None          # torch.utils.checkpoint use_reentrant=True (transformers v4)
+    ckpt_offload: bool | None = None            # checkpoints in host memory (unsloth)
+    attn: str | None = None                     # the kernel asked for (physics/stack.py says what runs)
+    chunked_ce: bool | None = None              # chunked/fused cross-entropy: no full fp32 logits
+    lora_rank: int | None = None
+    lora_targets: tuple[str, ...] | None = None
+    lora_dropout: float | None = None           # > 0 saves a dropout mask per adapted input
+    quant: str | None = None                    # QLoRA's 4-bit (or 8-bit) base
+    kbit_upcast: bool | None = None             # prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
+    padding: bool | None = None                 # batches carry a padding mask (attention_mask with zeros)
+    gpus: int | None = None                     # GPUs per node
+    nodes: int | None = None
+    shard: str | None = None                    # more than one GPU and none given: replicas (ddp)
+    offload: str | None = None                  # none | optimizer | optimizer+params
+    # The fields the caller set (everything else is the recipe's). Not part of equality: two setups that
+    # resolve to the same values are the same run.
+    explicit: frozenset = field(default=frozenset(), init=False, compare=False, repr=False)
 
     def __post_init__(self):
+        problems: list = []
+        given = {}
+        for name in SETUP_FIELDS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            try:
+                given[name] = normalize(BY_NAME[name], value)
+            except ValueError as exc:
+                problems.append(Problem(name, f"{{{name}}} {exc}"))
+        if problems:
+            raise InvalidSetupError(problems)
+        recipe = RECIPES[given.get("recipe", "hf")]
+        method = given.get("method", "lora")
+        values = {}
+        for name in SETUP_FIELDS:
+            if name in given:
+                values[name] = given[name]
+            elif name not in ("autocast", "ckpt_offload", "shard"):
+                values[name] = recipe.default(name, method)
+                if values[name] is None:
+                    values[name] = BY_NAME[name].default
+        # Defaults that follow from other fields.
+        if "autocast" not in given:
+            values["autocast"] = recipe.autocast if values["precision"] == "auto" else \
+                values["precision"].endswith("-mixed")
+        if "ckpt_offload" not in given:
+            values["ckpt_offload"] = recipe.ckpt_offload and values["grad_ckpt"]
+        if "shard" not in given or (given["shard"] == "none" and values["gpus"] * values["nodes"] > 1):
+            # `--gpus 4` alone (or with shard none) means four replicas, as torchrun with DDP runs them.
+            values["shard"] = "ddp" if values["gpus"] * values["nodes"] > 1 else "none"
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "explicit", frozenset(given) - {"recipe"})
         problems = self.problems()
         if problems:
             raise InvalidSetupError(problems)
@@ -73,81 +97,79 @@ class TrainingSetup:
     @classmethod
     def from_recipe(cls, recipe: str = "hf", **overrides) -> "TrainingSetup":
         """The recipe's defaults for the chosen method, then the caller's overrides (None means 'default')."""
-        r = get_recipe(recipe)
-        method = overrides.get("method") or "lora"
-        values = dict(method=method, precision=r.precision, optimizer=r.optimizer, grad_ckpt=r.grad_ckpt,
-                      attn=r.attn, lora_rank=r.lora_rank, lora_targets=r.lora_targets,
-                      lora_dropout=r.lora_dropout, quant=r.quant, recipe=r.name,
-                      chunked_ce=r.loss not in ("hf", "plain"))
-        if method == "full":
-            values.update(r.full_overrides)
-        if method == "qlora":
-            values.update(r.qlora_overrides)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        return cls(recipe=recipe, **overrides)
 
-    def problems(self) -> list[str]:
-        p: list[str] = []
-        if self.method not in METHODS:
-            p.append(f"method {self.method!r} is not one of {', '.join(METHODS)}")
-        for name, value, top in (("batch size", self.batch_size, MAX_BATCH), ("seq len", self.seq_len, MAX_SEQ_LEN),
-                                 ("grad accum", self.grad_accum, 1 << 20), ("gpus", self.gpus, 1 << 16),
-                                 ("lora rank", self.lora_rank, MAX_RANK)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                p.append(f"{name} must be an integer, got {value!r}")
-            elif value < 1:
-                p.append(f"{name} must be at least 1, got {value}")
-            elif value > top:
-                p.append(f"{name} {value} is absurdly large (limit {top})")
-        if self.precision not in PRECISIONS:
-            p.append(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
-        if self.optimizer not in OPTIMIZERS:
-            p.append(f"optimizer {self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
-        if self.attn not in ATTENTION:
-            p.append(f"attention {self.attn!r} is not one of {', '.join(ATTENTION)}")
-        if self.quant not in QUANTS:
-            p.append(f"quantization {self.quant!r} is not one of {', '.join(QUANTS)}")
-        if self.recipe not in RECIPES:
-            p.append(f"recipe {self.recipe!r} is not one of {', '.join(RECIPES)}")
-        bad = [t for t in self.lora_targets if t not in ALL_TARGETS]
-        if bad or not self.lora_targets:
-            p.append(f"LoRA targets {', '.join(bad) or '(none)'} unknown; use all-linear or a list of "
-                     f"{','.join(ALL_TARGETS)}")
-        if not isinstance(self.lora_dropout, (int, float)) or not 0.0 <= self.lora_dropout < 1.0:
-            p.append(f"LoRA dropout must be in [0, 1), got {self.lora_dropout!r}")
-        if self.shard not in SHARDS:
-            p.append(f"sharding {self.shard!r} is not one of {', '.join(SHARDS)}")
-        if self.offload not in OFFLOADS:
-            p.append(f"offload {self.offload!r} is not one of {', '.join(OFFLOADS)}")
-        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= 4096:
-            p.append(f"nodes must be an integer from 1 to 4096, got {self.nodes!r}")
-        if self.world_size > 1 and self.shard == "none":
-            p.append("more than one GPU needs a layout: --shard ddp|zero1|zero2|zero3|fsdp|fsdp-shard-grad-op|hsdp")
-        if self.offload != "none" and self.shard not in ("zero1", "zero2", "zero3", "fsdp", "hsdp"):
-            p.append(f"--offload {self.offload} needs ZeRO or FSDP sharding (got {self.shard})")
-        if self.offload == "optimizer+params" and self.shard not in ("zero3", "fsdp", "hsdp"):
-            p.append("offloading parameters needs --shard zero3 or fsdp")
+    def problems(self) -> list[Problem]:
+        """Every combination that cannot be right, in option names (each face words them its own way)."""
+        p: list[Problem] = []
+        for name in SETUP_FIELDS:
+            why = check_range(BY_NAME[name], getattr(self, name))
+            if why:
+                p.append(Problem(name, f"{{{name}}} {why}"))
+        for name in SETUP_FIELDS:
+            methods = BY_NAME[name].methods
+            if name in self.explicit and methods and self.method not in methods:
+                p.append(Problem(name, f"{{{name}}} only applies to {{method}} {' or '.join(methods)} "
+                                       f"(method is {self.method})"))
+        if self.offload != "none" and self.shard not in _SHARDED:
+            p.append(Problem("offload", f"{{offload}} {self.offload} needs ZeRO or FSDP sharding: {{shard}} "
+                                        f"zero1|zero2|zero3|fsdp|hsdp (shard is {self.shard})"))
+        elif self.offload == "optimizer+params" and self.shard not in ("zero3", "fsdp", "hsdp"):
+            p.append(Problem("offload", "offloading parameters needs {shard} zero3, fsdp or hsdp"))
+        if self.shard in _SHARDED and self.world_size == 1:
+            p.append(Problem("shard", f"{{shard}} {self.shard} shards over several GPUs: give {{gpus}} 2 or more"))
         if self.shard == "hsdp" and self.nodes < 2:
-            p.append("hsdp shards within a node and replicates across nodes: give --nodes 2 or more")
-        if self.method == "qlora" and self.precision in ("fp32",):
-            p.append("QLoRA computes in 16-bit; precision fp32 contradicts it (use bf16 or fp16)")
+            p.append(Problem("shard", "hsdp shards within a node and replicates across nodes: give {nodes} 2 or "
+                                      "more"))
+        if self.method == "qlora" and self.precision == "fp32":
+            p.append(Problem("precision", "QLoRA computes in 16-bit; {precision} fp32 contradicts it (use bf16 or "
+                                          "fp16)"))
+        if "autocast" in self.explicit and self.precision != "auto" and \
+                self.autocast != self.precision.endswith("-mixed"):
+            p.append(Problem("autocast", f"{{autocast}} contradicts {{precision}} {self.precision} (bf16/fp16 are "
+                                         f"pure 16-bit, *-mixed always autocast; use precision auto)"))
         if self.ckpt_reentrant and not self.grad_ckpt:
-            p.append("reentrant checkpointing needs --grad-ckpt")
+            p.append(Problem("ckpt_reentrant", "{ckpt_reentrant} checkpointing needs {grad_ckpt}"))
+        if self.ckpt_offload and not self.grad_ckpt:
+            p.append(Problem("ckpt_offload", "{ckpt_offload} moves checkpoints to the host: it needs {grad_ckpt}"))
+        if self.optimizer_in_backward and self.grad_accum > 1:
+            # torchtune refuses this combination (recipes/full_finetune_single_device.py: optimizer_in_bwd
+            # "is not supported" with gradient accumulation): the gradients would be gone before accumulating.
+            p.append(Problem("optimizer_in_backward", "{optimizer_in_backward} cannot accumulate gradients: "
+                                                      "set {grad_accum} 1"))
+        if self.optimizer not in get_optimizers(self.recipe):
+            p.append(Problem("optimizer", f"{{optimizer}} {self.optimizer} is not one the {self.recipe} recipe can "
+                                          f"use ({', '.join(get_optimizers(self.recipe))})"))
         return p
 
     def replace(self, **changes) -> "TrainingSetup":
-        return dataclasses.replace(self, **changes)
+        """A new setup with `changes` set (None: back to the recipe's default); the fields not set explicitly
+        are resolved again, so they follow the recipe for the new method."""
+        values = {name: getattr(self, name) for name in self.explicit}
+        values["recipe"] = self.recipe
+        values.update(changes)
+        return TrainingSetup(**values)
+
+    def with_method(self, method: str) -> "TrainingSetup":
+        """The same run with another method; the options that do not apply to it go back to the recipe's."""
+        drop = {name: None for name in SETUP_FIELDS if BY_NAME[name].methods and method not in BY_NAME[name].methods}
+        return self.replace(**drop, method=method)
+
+    def overrides(self) -> dict:
+        """The values the caller set: with the recipe, all it takes to rebuild this setup."""
+        out = {name: getattr(self, name) for name in SETUP_FIELDS if name in self.explicit}
+        if self.recipe != "hf":
+            out["recipe"] = self.recipe
+        return out
 
     def shape_free_key(self) -> tuple:
         """Every field except batch size and length: what the token-independent parts of an estimate depend on."""
-        return (self.method, self.precision, self.optimizer, self.grad_ckpt, self.attn, self.lora_rank,
-                self.lora_targets, self.lora_dropout, self.quant, self.grad_accum, self.chunked_ce,
-                self.optimizer_in_backward, self.recipe, self.gpus, self.kbit_upcast, self.padding,
-                self.ckpt_reentrant, self.nodes, self.shard, self.offload)
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self)
+                     if f.compare and f.name not in ("batch_size", "seq_len"))
 
     @property
     def world_size(self) -> int:
-        return self.gpus * self.nodes if isinstance(self.gpus, int) and isinstance(self.nodes, int) else 1
+        return self.gpus * self.nodes
 
     @property
     def shard_degree(self) -> int:
@@ -161,23 +183,23 @@ class TrainingSetup:
         return self.batch_size * self.seq_len
 
 
-def parse_targets(text: str) -> tuple[str, ...]:
-    """'all-linear' | 'all' | 'q,k,v,o' | 'q_proj,v_proj' -> canonical target names."""
-    raw = [t.strip().lower() for t in str(text).split(",") if t.strip()]
-    if raw in (["all-linear"], ["all"], ["all_linear"]):
-        return ALL_TARGETS
-    out = []
-    for t in raw:
-        t = t.removesuffix("_proj")
-        out.append(t)
-    bad = [t for t in out if t not in ALL_TARGETS]
-    if bad or not out:
-        raise InvalidSetupError(f"LoRA targets {text!r}: unknown {', '.join(bad) or '(empty)'}; use all-linear "
-                                f"or a comma list of {','.join(ALL_TARGETS)}")
-    return tuple(dict.fromkeys(out))
+def get_optimizers(recipe: str) -> tuple[str, ...]:
+    return RECIPES[recipe].optimizers
+
+
+def parse_targets(value) -> tuple[str, ...]:
+    """Canonical LoRA target names from 'all-linear', 'q,k,v' or 'q_proj,v_proj' (or a list of them)."""
+    try:
+        return _parse_targets(value)
+    except ValueError as exc:
+        raise InvalidSetupError(Problem("lora_targets", f"{{lora_targets}} {value!r}: {exc}")) from None
 
 
 def normalize_optimizer(name: str) -> str:
+    """memfit's name for an optimizer spelled the HF way (adamw_torch_fused) or memfit's; unknown names pass
+    through for TrainingSetup to refuse with the list."""
     key = str(name).strip().lower()
-    key = OPTIMIZER_ALIASES.get(key, OPTIMIZER_ALIASES.get(key.replace("-", "_"), key))
-    return key
+    return OPTIMIZER_ALIASES.get(key, OPTIMIZER_ALIASES.get(key.replace("-", "_"), key))
+
+
+__all__ = ["TrainingSetup", "normalize_optimizer", "parse_targets", "ALL_TARGETS", "METHODS", "OPTIMIZERS"]

@@ -215,6 +215,15 @@ class ModelSpec:
     def replace(self, **changes) -> "ModelSpec":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence the model was built for (config max_position_embeddings / n_positions)."""
+        if not self.hf_config_json:
+            return None
+        config = json.loads(self.hf_config_json)
+        value = config.get("max_position_embeddings") or config.get("n_positions")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "bf16": "bf16", "fp16": "fp16",
            "fp32": "fp32", "half": "fp16", "float": "fp32"}

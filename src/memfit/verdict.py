@@ -3,6 +3,9 @@
 fits:          the whole estimated range (its high end) is within usable memory
 tight:         the point estimate fits but the high end of the range does not: it may run out of memory
 does-not-fit:  the point estimate exceeds usable memory
+
+This is memfit's one meaning of "fits": `memfit max`, `memfit plan`, the suggestions and `memfit check` all
+ask ``fits(estimate, hardware)``, so whatever they offer as fitting re-checks as FITS.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ class Verdict:
 
     @property
     def fits(self) -> bool:
-        return self.status != "does-not-fit"
+        return self.status == "fits"
 
 
 def verdict(estimate: Estimate, hardware: Hardware) -> Verdict:
@@ -38,3 +41,8 @@ def verdict(estimate: Estimate, hardware: Hardware) -> Verdict:
         status = "fits"
     return Verdict(status=status, usable_bytes=usable, needed_bytes=needed, margin_bytes=usable - needed,
                    high_margin_bytes=usable - estimate.range_high_bytes, hardware=hardware)
+
+
+def fits(estimate: Estimate, hardware: Hardware) -> bool:
+    """The one decision rule: the high end of the estimate's range is within usable memory."""
+    return estimate.range_high_bytes <= hardware.usable_bytes and estimate.device_bytes <= hardware.usable_bytes

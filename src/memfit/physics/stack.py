@@ -13,9 +13,6 @@ from ..recipes import get_recipe
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-
-
 @dataclass(frozen=True)
 class LoraModule:
     linear: Linear
@@ -79,9 +76,9 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
         mixed = False
     # An explicit bf16/fp16 means pure 16-bit training. "auto" means what the recipe does with the checkpoint:
     # HF Trainer's bf16=True wraps the forward in autocast even when the weights are already bf16.
-    autocast = mixed or (setup.precision == "auto" and recipe.autocast and precision in ("bf16", "fp16"))
+    autocast = mixed or (setup.precision == "auto" and setup.autocast and precision in ("bf16", "fp16"))
     if setup.method == "qlora":
-        autocast = recipe.autocast if setup.precision == "auto" else setup.precision.endswith("-mixed")
+        autocast = setup.autocast
     residual_bytes = weight_bytes
     compute_bytes = 2 if (autocast or weight_bytes == 2) else 4
     autocast_dtype = ("fp16" if precision == "fp16-mixed" else "bf16") if autocast else ""
@@ -131,5 +128,5 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                  base_trainable=setup.method == "full", lora_modules=lora_modules, lora_layers=lora_layers,
                  loss_kind=loss_kind, fp32_logits_copy=recipe.fp32_logits_copy and autocast,
                  logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,
-                 ckpt_offload=recipe.ckpt_offload and setup.grad_ckpt, kbit_upcast=setup.kbit_upcast,
+                 ckpt_offload=setup.ckpt_offload, kbit_upcast=setup.kbit_upcast,
                  precision=precision, attn=attn, notes=tuple(notes))

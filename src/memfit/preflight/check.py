@@ -17,18 +17,22 @@ from .formats import FORMATS, READERS, Mapped, detect_format
 @dataclass
 class EditSuggestion:
     change: str
-    edits: dict                 # dotted key -> new value
+    edits: dict                 # dotted key -> new value (None: remove the key)
     old: dict                   # dotted key -> value in the file
     device_bytes: int
     saving_bytes: int
-    fits: bool
+    status: str                 # the edited config's verdict (verdict.py's one rule)
     cost: str
     unavailable: str | None = None
 
+    @property
+    def fits(self) -> bool:
+        return self.status == "fits"
+
     def as_dict(self) -> dict:
         return {"change": self.change, "edits": {k: {"from": self.old.get(k), "to": v} for k, v in self.edits.items()},
-                "device_bytes": self.device_bytes, "saving_bytes": self.saving_bytes, "fits": self.fits,
-                "cost": self.cost, "unavailable": self.unavailable}
+                "device_bytes": self.device_bytes, "saving_bytes": self.saving_bytes, "status": self.status,
+                "fits": self.fits, "cost": self.cost, "unavailable": self.unavailable}
 
 
 @dataclass
@@ -72,6 +76,7 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
                  tokenizer: str | None = None, gpus: int | None = None) -> CheckResult:
     """`gpus`: GPUs per node for a sharded config (the count lives in the launcher, not in these files)."""
     from ..advisor import suggest, warnings_for
+    from ..options import command_line
     from ..sources import load_model
     from ..verdict import verdict
 
@@ -103,10 +108,13 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
                          warnings=warnings_for(spec, setup, est, hardware, ver))
     result.dataset = _dataset_check(mapped, file, spec, setup, tokenizer, result)
     if ver is not None and ver.status != "fits":
-        for s in suggest(spec, setup, hardware, str(mapped.model), []):
-            edits, reason = edits_for(tool, {k: v for k, v in s.args.items()}, data)
+        for s in suggest(spec, setup, hardware, lambda ref, new: command_line("estimate", ref, new.overrides()),
+                         model_ref=str(mapped.model)):
+            edits, reason = edits_for(tool, dict(s.changes), data)
+            if not edits and reason is None:
+                continue                 # nothing to write: the file already says it
             old = {k: get_dotted(data, k) for k in edits}
-            result.suggestions.append(EditSuggestion(s.change, edits, old, s.device_bytes, s.saving_bytes, s.fits,
+            result.suggestions.append(EditSuggestion(s.change, edits, old, s.device_bytes, s.saving_bytes, s.status,
                                                      s.cost, reason))
     return result
 
@@ -124,27 +132,44 @@ def _dataset_check(mapped: Mapped, file: Path, spec, setup, tokenizer: str | Non
         return None
     from ..dataset import length_stats, length_warnings, token_lengths
 
+    from ..advisor import Caution
+
     lengths, layout = token_lengths(str(dataset), tok)
     stats = length_stats(lengths, layout, setup.seq_len)
-    result.warnings += length_warnings(stats)
+    result.warnings += [Caution(w["code"], w["message"]) for w in length_warnings(stats)]
     return stats
 
 
-def write_suggested(result: CheckResult, out: str) -> EditSuggestion:
-    """Write the config with the best suggestion that fits applied (same format as the input)."""
+def write_suggested(result: CheckResult, out: str, in_place: bool = False) -> EditSuggestion:
+    """Write the config with the best suggestion that fits applied, in the input's format, keeping its comments
+    and key order (ruamel.yaml round trip). Refuses to overwrite the input unless `in_place`."""
     usable = [s for s in result.suggestions if s.fits and s.unavailable is None and s.edits]
     if not usable:
         raise InvalidSetupError("no suggested change that fits can be written as edits to this config")
     best = usable[0]
-    edited = apply_edits(result.data, best.edits)
-    path = Path(out)
+    source, path = Path(result.path), Path(out).expanduser()
+    if not in_place and path.exists() and path.resolve() == source.resolve():
+        raise InvalidSetupError(f"{out} is the config being checked: pass --in-place to overwrite it, or another "
+                                f"file name")
     try:
-        if path.suffix.lower() == ".json":
-            path.write_text(json.dumps(edited, indent=2) + "\n")
+        if source.suffix.lower() == ".json":
+            text = json.dumps(apply_edits(result.data, best.edits), indent=2) + "\n"
         else:
-            import yaml
-
-            path.write_text(yaml.safe_dump(edited, sort_keys=False))
+            text = _round_trip_yaml(source, best.edits)
+        path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise SourceError(f"{out}: cannot write ({exc.strerror or exc})") from None
     return best
+
+
+def _round_trip_yaml(source: Path, edits: dict) -> str:
+    import io
+
+    from ruamel.yaml import YAML
+
+    yaml = YAML()            # round-trip mode: comments, key order and quoting survive
+    yaml.preserve_quotes = True
+    data = yaml.load(source.read_text(encoding="utf-8"))
+    stream = io.StringIO()
+    yaml.dump(apply_edits(data, edits), stream)
+    return stream.getvalue()

@@ -1,10 +1,16 @@
-"""Advice as edits to the tool's own config keys, and writing the edited config."""
+"""Advice as edits to the tool's own config keys, and writing the edited config with its comments kept.
+
+A suggestion carries the setup options it changes (``Suggestion.changes``); each becomes an edit at the key the
+options table names for that tool (options.tool_key), in the value spelling the tool accepts.
+"""
 
 from __future__ import annotations
 
 import copy
 
-OPTIMIZER_NAMES = {  # memfit optimizer -> each tool's spelling
+from ..options import tool_key
+
+OPTIMIZER_NAMES = {  # memfit optimizer -> each tool's spelling (HF TrainingArguments.optim for HF-based tools)
     "axolotl": {"adamw-8bit": "adamw_bnb_8bit", "paged-adamw-8bit": "paged_adamw_8bit", "adamw": "adamw_torch",
                 "adamw-fused": "adamw_torch_fused"},
     "llamafactory": {"adamw-8bit": "adamw_bnb_8bit", "paged-adamw-8bit": "paged_adamw_8bit", "adamw": "adamw_torch",
@@ -13,77 +19,87 @@ OPTIMIZER_NAMES = {  # memfit optimizer -> each tool's spelling
             "adamw-fused": "adamw_torch_fused"},
     "torchtune": {"adamw-8bit": "bitsandbytes.optim.AdamW8bit", "paged-adamw-8bit": "bitsandbytes.optim.PagedAdamW8bit",
                   "adamw": "torch.optim.AdamW", "adamw-fused": "torch.optim.AdamW"},
+    "mlx": {"adamw": "adamw", "sgd": "sgd", "adafactor": "adafactor"},
 }
+# Constructor arguments torch's AdamW takes and bitsandbytes' optimizers do not (bitsandbytes 0.45
+# optim/adamw.py AdamW8bit.__init__ has no `fused` or `foreach`): dropped when the optimizer changes.
+_TORCH_ONLY_ARGS = ("fused", "foreach", "capturable", "differentiable")
 _TARGET_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
                  "down": "down_proj"}
+_TORCHTUNE_ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj"}
 
 
-def edits_for(tool: str, args: dict, data: dict) -> tuple[dict, str | None]:
-    """{dotted key: new value} for a suggestion's flags, or (partial, reason) when the tool has no such key."""
+def edits_for(tool: str, changes: dict, data: dict) -> tuple[dict, str | None]:
+    """{dotted key: new value (None removes the key)} for a suggestion's option changes, leaving out edits that
+    change nothing; or (partial, reason) when the tool has no key for one of them."""
     out: dict = {}
-    for flag, value in args.items():
-        key_edits = _one(tool, flag, value, data)
-        if key_edits is None:
-            return out, f"{tool} has no setting for {flag} {value}"
-        out.update(key_edits)
-    return out, None
+    for name, value in changes.items():
+        edits = _one(tool, name, value, data)
+        if edits is None:
+            return out, f"{tool} has no setting for {name} {value} (a launcher or another tool's option)"
+        out.update(edits)
+    return {k: v for k, v in out.items() if get_dotted(data, k) != v or (v is None and _has(data, k))}, None
 
 
-def _one(tool: str, flag: str, value, data: dict) -> dict | None:  # noqa: C901 (a table, one branch per tool)
-    if flag == "combined":
+def _one(tool: str, name: str, value, data: dict) -> dict | None:  # noqa: C901 (one branch per kind of value)
+    if name == "offload" and value == "none":
         return {}
-    if flag == "--offload" and value == "none":
-        return {}
-    if flag == "--grad-ckpt":
-        return {"axolotl": {"gradient_checkpointing": True}, "llamafactory": {"disable_gradient_checkpointing": False},
-                "torchtune": {"enable_activation_checkpointing": True}, "trl": {"gradient_checkpointing": True},
-                "mlx": {"grad_checkpoint": True}}.get(tool)
-    if flag == "--batch-size":
-        key = {"axolotl": "micro_batch_size", "llamafactory": "per_device_train_batch_size", "torchtune": "batch_size",
-               "trl": "per_device_train_batch_size", "mlx": "batch_size"}[tool]
-        return {key: value}
-    if flag == "--grad-accum":
-        key = {"axolotl": "gradient_accumulation_steps", "llamafactory": "gradient_accumulation_steps",
-               "torchtune": "gradient_accumulation_steps", "trl": "gradient_accumulation_steps"}.get(tool)
-        return {key: value} if key else None
-    if flag == "--seq-len":
-        key = {"axolotl": "sequence_len", "llamafactory": "cutoff_len", "torchtune": "tokenizer.max_seq_len",
-               "trl": "max_length" if "max_seq_length" not in data else "max_seq_length", "mlx": "max_seq_length"}[tool]
-        return {key: value}
-    if flag == "--optimizer":
-        names = OPTIMIZER_NAMES.get(tool, {})
-        if value not in names:
-            return None
-        key = {"axolotl": "optimizer", "llamafactory": "optim", "trl": "optim", "torchtune": "optimizer._component_"}
-        return {key[tool]: names[value]}
-    if flag == "--method":
-        return _method(tool, value, data)
-    if flag == "--lora-rank":
-        key = {"axolotl": "lora_r", "llamafactory": "lora_rank", "torchtune": "model.lora_rank", "trl": "lora_r",
-               "mlx": "lora_parameters.rank"}[tool]
-        return {key: value}
-    if flag == "--lora-targets":
-        names = [_TARGET_NAMES[t] for t in str(value).split(",")]
-        if tool == "axolotl":
-            return {"lora_target_modules": names, "lora_target_linear": False}
-        if tool == "llamafactory":
-            return {"lora_target": ",".join(names)}
-        if tool == "trl":
-            return {"lora_target_modules": names}
-        if tool == "torchtune":
-            return {"model.lora_attn_modules": [{"o_proj": "output_proj"}.get(n, n) for n in names
-                                                if n in ("q_proj", "k_proj", "v_proj", "o_proj")],
-                    "model.apply_lora_to_mlp": any(n in names for n in ("gate_proj", "up_proj", "down_proj"))}
-        return None
-    if flag == "--chunked-ce":
-        return {"axolotl": {"cut_cross_entropy": True}, "llamafactory": {"enable_liger_kernel": True},
-                "torchtune": {"loss._component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"},
-                "trl": {"use_liger_kernel": True}}.get(tool)
-    if flag == "model":
+    if name == "model":
         key = {"axolotl": "base_model", "llamafactory": "model_name_or_path", "trl": "model_name_or_path",
                "mlx": "model"}.get(tool)
         return {key: value} if key else None
-    return None      # --gpus / --shard: a launcher setting, not a key of these configs
+    if name == "method":
+        return _method(tool, value, data)
+    if name == "optimizer":
+        return _optimizer(tool, value, data)
+    if name == "lora_targets":
+        return _targets(tool, value)
+    key = tool_key(name, tool)
+    if key is None:
+        return None
+    if name == "seq_len" and tool == "trl" and "max_seq_length" in data:
+        key = "max_seq_length"           # TRL < 0.20 spelling, kept when the file uses it
+    if name == "grad_ckpt" and tool == "llamafactory":
+        return {key: not value}          # LLaMA-Factory's switch is disable_gradient_checkpointing
+    if name == "chunked_ce":
+        if tool == "torchtune":
+            return {key: "torchtune.modules.loss.CEWithChunkedOutputLoss"} if value else None
+        return {key: bool(value)}
+    if name in ("quant", "precision", "attn"):
+        return None                      # not levers memfit proposes; never written
+    return {key: value}
+
+
+def _optimizer(tool: str, value: str, data: dict) -> dict | None:
+    names = OPTIMIZER_NAMES.get(tool, {})
+    if value not in names:
+        return None
+    key = tool_key("optimizer", tool)
+    edits = {key: names[value]}
+    if tool == "torchtune":
+        current = data.get("optimizer") if isinstance(data.get("optimizer"), dict) else {}
+        if value == "adamw-fused":
+            edits["optimizer.fused"] = True
+        elif value == "adamw":
+            edits["optimizer.fused"] = False if "fused" in current else None
+        for arg in _TORCH_ONLY_ARGS if value not in ("adamw", "adamw-fused") else ():
+            if arg in current:
+                edits[f"optimizer.{arg}"] = None
+    return edits
+
+
+def _targets(tool: str, value) -> dict | None:
+    names = [_TARGET_NAMES[t] for t in value]
+    if tool == "axolotl":
+        return {"lora_target_modules": names, "lora_target_linear": False}
+    if tool == "llamafactory":
+        return {"lora_target": ",".join(names)}
+    if tool == "trl":
+        return {"lora_target_modules": names}
+    if tool == "torchtune":
+        return {"model.lora_attn_modules": [_TORCHTUNE_ATTN[n] for n in names if n in _TORCHTUNE_ATTN],
+                "model.apply_lora_to_mlp": any(n in names for n in ("gate_proj", "up_proj", "down_proj"))}
+    return None
 
 
 def _method(tool: str, method: str, data: dict) -> dict | None:
@@ -103,14 +119,16 @@ def _method(tool: str, method: str, data: dict) -> dict | None:
     return None
 
 
-def apply_edits(data: dict, edits: dict) -> dict:
+def apply_edits(data, edits: dict):
+    """A copy of `data` (a dict, or ruamel's CommentedMap: its comments and order are kept) with the edits."""
     out = copy.deepcopy(data)
     for dotted, value in edits.items():
-        node, *path = dotted.split(".")
+        keys = dotted.split(".")
         target = out
-        keys = [node, *path]
         for key in keys[:-1]:
-            target = target.setdefault(key, {})
+            if not isinstance(target.get(key), dict):
+                target[key] = {}
+            target = target[key]
         if value is None:
             target.pop(keys[-1], None)
         else:
@@ -125,3 +143,11 @@ def get_dotted(data: dict, dotted: str):
             return None
         node = node.get(key)
     return node
+
+
+def _has(data: dict, dotted: str) -> bool:
+    *path, last = dotted.split(".")
+    node = data
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return isinstance(node, dict) and last in node

@@ -1,17 +1,47 @@
-"""JSON output (schema_version 1). Documented in README "JSON output"; every size is an int of bytes."""
+"""JSON output (schema_version 2). Documented in README "JSON output"; every size is an int of bytes."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 from ..estimator import SCHEMA_VERSION, Estimate
+from ..options import SETUP_FIELDS
 from ..verdict import Verdict
 
 
+def setup_dict(setup) -> dict:
+    """Every setup option as resolved, and which of them the user set (the rest are the recipe's)."""
+    out = {name: getattr(setup, name) for name in SETUP_FIELDS}
+    out["lora_targets"] = list(setup.lora_targets)
+    out["explicit"] = sorted(setup.explicit)
+    return out
+
+
+def report_dict(report) -> dict:
+    """The whole answer to a request: what `memfit estimate --format json`, POST /api/estimate and
+    memfit.to_json(report) all print, byte for byte."""
+    r = report
+    out = estimate_dict(r.estimate, r.verdict)
+    out["warnings"] = [{"code": w.code, "message": w.message} for w in r.warnings]
+    if r.verdict is not None:
+        out["suggestions"] = [suggestion_dict(s) for s in r.suggestions]
+    if r.dataset is not None:
+        out["dataset"] = r.dataset.as_dict()
+    if r.host_verdict is not None:
+        h = r.host_verdict
+        out["host_verdict"] = {"status": h.status, "needed_bytes": h.needed_bytes, "ram_bytes": h.ram_bytes,
+                               "usable_bytes": h.usable_bytes, "margin_bytes": h.margin_bytes}
+    return out
+
+
+def suggestion_dict(s) -> dict:
+    changes = {k: list(v) if isinstance(v, tuple) else v for k, v in s.changes.items()}
+    return {"change": s.change, "changes": changes, "command": s.command, "device_bytes": s.device_bytes,
+            "saving_bytes": s.saving_bytes, "cost": s.cost, "status": s.status, "fits": s.fits}
+
+
 def estimate_dict(est: Estimate, verdict: Verdict | None = None, extra: dict | None = None) -> dict:
-    setup = dataclasses.asdict(est.setup)
-    setup["lora_targets"] = list(est.setup.lora_targets)
+    setup = setup_dict(est.setup)
     setup["precision_resolved"] = est.precision
     out = {
         "schema_version": SCHEMA_VERSION,
@@ -51,3 +81,15 @@ def verdict_dict(v: Verdict) -> dict:
 
 def dumps(data) -> str:
     return json.dumps(data, indent=2)
+
+
+def check_dict(result, written_path=None, written=None) -> dict:
+    m = result.mapped
+    return {"schema_version": SCHEMA_VERSION, "tool": result.tool, "model": m.model,
+            "setup": setup_dict(result.setup), "used_keys": m.used, "defaults_assumed": m.defaults,
+            "ignored_keys": m.ignored, "estimate": estimate_dict(result.estimate, result.verdict),
+            "verdict": verdict_dict(result.verdict) if result.verdict else None,
+            "suggestions": [s.as_dict() for s in result.suggestions],
+            "warnings": [{"code": w.code, "message": w.message} for w in result.warnings],
+            "dataset": result.dataset.as_dict() if result.dataset else None,
+            "written": {"path": written_path, "change": written.change} if written else None}

@@ -27,11 +27,9 @@ def _plt():
 
 
 def _methods(setup: TrainingSetup) -> dict[str, TrainingSetup]:
-    out = {}
-    for method in ("full", "lora", "qlora"):
-        out[method] = TrainingSetup.from_recipe(setup.recipe, method=method, batch_size=setup.batch_size,
-                                                seq_len=setup.seq_len, grad_ckpt=setup.grad_ckpt, attn=setup.attn)
-    return out
+    from ..report import method_setups
+
+    return method_setups(setup)
 
 
 def plot(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware | None, path: str,

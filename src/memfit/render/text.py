@@ -15,10 +15,12 @@ def _bar(nbytes: int, total: int, width: int = BAR_WIDTH) -> str:
     return "█" * filled + "·" * (width - filled)
 
 
-def setup_line(est: Estimate, explicit: frozenset[str] = frozenset()) -> str:
+def setup_line(est: Estimate) -> str:
     s = est.setup
+    explicit = s.explicit | ({"recipe"} if s.recipe != "hf" else set())
+
     def mark(field: str, text: str) -> str:
-        return text if field in explicit or not explicit else f"{text}*"
+        return text if field in explicit else f"{text}*"
     parts = [mark("method", s.method), mark("batch_size", f"batch {s.batch_size}"),
              mark("seq_len", f"length {s.seq_len}"), mark("precision", est.precision),
              mark("optimizer", s.optimizer), mark("grad_ckpt", "grad-ckpt" if s.grad_ckpt else "no grad-ckpt"),
@@ -28,18 +30,19 @@ def setup_line(est: Estimate, explicit: frozenset[str] = frozenset()) -> str:
     if s.method == "qlora":
         parts.append(mark("quant", s.quant))
     if s.grad_accum > 1:
-        parts.append(f"grad-accum {s.grad_accum}")
+        parts.append(mark("grad_accum", f"grad-accum {s.grad_accum}"))
+    if s.world_size > 1:
+        parts.append(mark("shard", f"{s.shard} over {s.world_size} GPUs"))
     parts.append(mark("recipe", f"recipe {s.recipe}"))
     return ", ".join(parts)
 
 
-def render_estimate(est: Estimate, verdict: Verdict | None = None, explicit: frozenset[str] = frozenset()) -> str:
+def render_estimate(est: Estimate, verdict: Verdict | None = None) -> str:
     lines = []
     lines.append(f"{est.model_name}: {count(est.params)} params, {count(est.trainable_params)} trainable "
                  f"({est.model_source})")
-    lines.append(f"setup: {setup_line(est, explicit)}")
-    if explicit:
-        lines.append("       (* = default of the recipe; change it with its flag)")
+    lines.append(f"setup: {setup_line(est)}")
+    lines.append("       (* = the recipe's default; set it with its flag, --no-FLAG turns a switch off)")
     if est.kind == "rule-of-thumb":
         lines.append("RULE OF THUMB ONLY: no architecture known; name a model for an architecture-aware estimate")
     if est.kind == "trace":
@@ -98,17 +101,110 @@ def render_compare(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def render_advice(verdict, suggestions, warnings) -> str:
+def render_advice(suggestions, warnings) -> str:
     lines = []
+    fitting = [x for x in suggestions if x.fits]
+    partial = [x for x in suggestions if not x.fits]
     if suggestions:
-        head = "Changes that fit, best first:" if any(x.fits for x in suggestions) else \
-            "No change found that fits; closest first:"
-        lines += ["", head]
-        for sug in suggestions:
-            mark = "" if sug.fits else "  (still does not fit)"
-            lines.append(f"  {sug.change:<44} {gib(sug.device_bytes):>11}  saves {gib(sug.saving_bytes)}{mark}")
-            lines.append(f"      cost: {sug.cost}")
-            lines.append(f"      run:  {sug.command}")
+        lines += ["", "Changes that fit, best first:" if fitting else "No change found that fits."]
+    for sug in fitting:
+        lines.append(f"  {sug.change:<52} {gib(sug.device_bytes):>11}  saves {gib(sug.saving_bytes)}")
+        lines.append(f"      cost: {sug.cost}")
+        lines.append(f"      run:  {sug.command}")
+    if partial:
+        lines += ["", "Not enough alone (what each saves):"]
+        for sug in partial:
+            lines.append(f"  {sug.change:<52} {gib(sug.device_bytes):>11}  saves {gib(sug.saving_bytes)}  "
+                         f"({_VERDICT_WORDS[sug.status]})")
     if warnings:
-        lines += ["", "warnings:"] + [f"  - [{w['code']}] {w['message']}" for w in warnings]
+        lines += ["", "warnings:"] + [f"  - [{w.code}] {w.message}" for w in warnings]
     return "\n".join(lines)
+
+
+def render_report(report) -> str:
+    """`memfit estimate`'s text: dataset lengths, the estimate, the verdicts and the advice."""
+    from ..dataset import render_stats
+
+    r = report
+    head = render_stats(r.dataset) + "\n\n" if r.dataset is not None else ""
+    tail = ""
+    if r.host_verdict is not None:
+        h = r.host_verdict
+        tail = (f"\nhost RAM: {_VERDICT_WORDS[h.status]}: offload needs {gib(h.needed_bytes)} of "
+                f"{gib(h.usable_bytes)} usable (3/4 of {gib(h.ram_bytes)}: the OS, data loading and the framework "
+                f"keep the rest)")
+    return head + render_estimate(r.estimate, r.verdict) + tail + render_advice(r.suggestions, r.warnings)
+
+
+def render_max(result, hardware) -> str:
+    what = result.what.replace("_", " ")
+    if result.value is None:
+        return (f"nothing fits on {hardware.name}: even the smallest step needs "
+                f"{gib(result.next_device_bytes or 0)} of {gib(result.usable_bytes)} (its range must fit whole)")
+    above = f"; one step up does not fit ({gib(result.next_device_bytes)})" if result.next_device_bytes else ""
+    return (f"{what}: {result.value} ({gib(result.device_bytes)} of {gib(result.usable_bytes)} usable on "
+            f"{hardware.name}, its whole range within{above})")
+
+
+def render_plan(spec, hardware, base, recommended, alternatives, stats=None) -> str:
+    from ..dataset import render_stats
+
+    lines = [render_stats(stats), ""] if stats else []
+    lines.append(f"{spec.name} on {hardware.name} ({gib(hardware.usable_bytes)} usable), length {base.seq_len}")
+    if recommended is None:
+        lines.append("nothing fits at this length: try a shorter --seq-len or a smaller model (`memfit max`)")
+    else:
+        lines += [f"recommended: {recommended.method}, {_plan_setup(recommended.setup)}: "
+                  f"{gib(recommended.device_bytes)}", f"  {recommended.trade_off}", f"  run: {recommended.command}"]
+    for option in alternatives:
+        if option.setup is None:
+            lines.append(f"alternative {option.method}: {'; '.join(option.notes)}")
+        else:
+            lines.append(f"alternative {option.method}: {_plan_setup(option.setup)}, {gib(option.device_bytes)} "
+                         f"({option.trade_off})")
+    return "\n".join(lines)
+
+
+def _plan_setup(s) -> str:
+    return (f"batch {s.batch_size} x accumulation {s.grad_accum}, "
+            f"{'gradient checkpointing' if s.grad_ckpt else 'no checkpointing'}, {s.optimizer}")
+
+
+def render_check(result, written_path=None, written=None) -> str:
+    m, s = result.mapped, result.setup
+    lines = [f"{result.path}: {result.tool} config for {m.model}",
+             f"  read as: {s.method}, batch {s.batch_size} x accumulation {s.grad_accum}, length {s.seq_len}, "
+             f"{'gradient checkpointing' if s.grad_ckpt else 'no checkpointing'}, {s.optimizer}, attn {s.attn}"
+             + (f", LoRA r{s.lora_rank} {','.join(s.lora_targets)}" if s.method != "full" else "")
+             + (f", {s.shard} over {s.world_size} GPUs" if s.shard != "none" else ""),
+             f"  keys used: {', '.join(m.used)}"]
+    lines += [f"  assumed: {d}" for d in m.defaults]
+    if m.ignored:
+        lines.append(f"  ignored (no effect on memory): {', '.join(m.ignored)}")
+    est = result.estimate
+    lines.append(f"  needs {gib(est.device_bytes)} per GPU (peak at {est.peak_phase}; "
+                 f"{gib(est.peak_allocated_bytes)} allocated)")
+    if result.verdict:
+        lines.append(render_verdict(result.verdict))
+    shown = [x for x in result.suggestions if x.unavailable is None and x.edits]
+    if shown:
+        lines.append("edits, best first:")
+    for sug in shown:
+        edits = "; ".join(f"`{k}: {_yaml(sug.old.get(k))}` -> `{_yaml(v)}`" for k, v in sug.edits.items())
+        mark = "" if sug.fits else f" ({_VERDICT_WORDS[sug.status]})"
+        lines.append(f"  {edits}: {gib(sug.device_bytes)}{mark} ({sug.cost})")
+    if written:
+        lines.append(f"wrote {written_path} with: {written.change}")
+    lines += [f"warning [{w.code}]: {w.message}" for w in result.warnings]
+    return "\n".join(lines)
+
+
+def _yaml(value) -> str:
+    """A value as the config file spells it (YAML: true/false/null)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_yaml(v) for v in value) + "]"
+    return str(value)

@@ -5,14 +5,49 @@ const COLORS = ["#4c6ef5", "#15aabf", "#40c057", "#fab005", "#fd7e14", "#e64980"
                 "#12b886", "#be4bdb", "#228be6", "#82c91e", "#f76707", "#495057"];
 const $ = (id) => document.getElementById(id);
 let uploaded = null;
+let schema = null;
+// The options the Training box offers, in the options table's order (GET /api/schema).
+const HIDDEN = new Set(["gpu", "memory", "mac", "mac_wired_limit", "host_ram"]);
 
 function gib(bytes) { return (bytes / GiB).toFixed(2) + " GiB"; }
 
+function defaultText(p) {
+  if (p.default === undefined) return "recipe default";
+  return "default " + (Array.isArray(p.default) ? p.default.join(",") : String(p.default));
+}
+
+function buildTraining() {
+  // One control per setup option; blank means "the recipe's default", so the page sends only what the user set.
+  let html = "";
+  Object.entries(schema.properties).forEach(([name, p]) => {
+    if (p["x-group"] !== "setup" || HIDDEN.has(name)) return;
+    const label = esc(name.replace(/_/g, " "));
+    const title = esc(p.description + (p["x-methods"] ? " (only with " + p["x-methods"].join(" or ") + ")" : ""));
+    if (p.enum || p.type === "boolean") {
+      const values = p.enum || ["true", "false"];
+      html += `<label title="${title}">${label} <select id="opt-${name}" data-kind="${p.type === "boolean" ? "bool" : "text"}">` +
+              `<option value="">(${esc(defaultText(p))})</option>` +
+              values.map((v) => `<option value="${esc(v)}">${esc(p.type === "boolean" ? (v === "true" ? "on" : "off") : v)}</option>`).join("") +
+              `</select></label>`;
+    } else {
+      const kind = p.type === "integer" ? "int" : (p.type === "number" ? "float" : "text");
+      const type = kind === "text" ? "text" : "number";
+      html += `<label title="${title}">${label} <input id="opt-${name}" type="${type}" data-kind="${kind}" ` +
+              `placeholder="${esc(defaultText(p))}"${type === "number" ? ' step="any" min="0"' : ""}></label>`;
+    }
+  });
+  $("training").insertAdjacentHTML("beforeend", html);
+}
+
 function options() {
-  const o = { method: $("method").value, batch_size: Number($("batch_size").value),
-              seq_len: Number($("seq_len").value), precision: $("precision").value,
-              attn: $("attn").value, grad_ckpt: $("grad_ckpt").checked };
-  if ($("optimizer").value) o.optimizer = $("optimizer").value;
+  const o = {};
+  document.querySelectorAll("#training [id^=opt-]").forEach((el) => {
+    const value = el.value.trim();
+    if (value === "") return;
+    const name = el.id.slice(4);
+    const kind = el.dataset.kind;
+    o[name] = kind === "bool" ? value === "true" : (kind === "int" || kind === "float" ? Number(value) : value);
+  });
   if (uploaded) o.config = uploaded; else o.model = $("model").value.trim();
   if ($("gpu").value) o.gpu = $("gpu").value;
   else if ($("memory").value.trim()) o.memory = $("memory").value.trim();
@@ -84,6 +119,10 @@ function drawCurve(curve, usable) {
 
 function show(data) {
   $("result").hidden = false;
+  const s = data.setup;
+  $("setup-line").textContent = "setup: " + ["method", "batch_size", "seq_len", "precision_resolved", "optimizer",
+    "grad_ckpt", "attn", "recipe"].map((k) => `${k.replace(/_/g, " ")} ${s[k]}` +
+    (s.explicit.includes(k) || k === "precision_resolved" ? "" : "*")).join(", ") + " (* = the recipe's default)";
   const v = data.verdict;
   const verdict = $("verdict");
   verdict.className = v ? v.status : "";
@@ -95,15 +134,19 @@ function show(data) {
     (v ? `; usable ${gib(v.usable_bytes)}` : "");
   $("device") && ($("device").dataset.bytes = data.device_bytes);
   drawBreakdown(data);
-  $("suggestions").innerHTML = (data.suggestions || []).map((s) =>
-    `<li data-fits="${s.fits}"><strong>${esc(s.change)}</strong>: ${gib(s.device_bytes)}${s.fits ? "" : " (still does not fit)"}` +
-    `<br>${esc(s.cost)}<br><code>${esc(s.command)}</code></li>`).join("") || "<li>No change needed.</li>";
+  const fitting = (data.suggestions || []).filter((s) => s.fits);
+  $("suggestions").innerHTML = fitting.map((s) =>
+    `<li data-fits="${s.fits}"><strong>${esc(s.change)}</strong>: ${gib(s.device_bytes)}` +
+    `<br>${esc(s.cost)}<br><code>${esc(s.command)}</code></li>`).join("") ||
+    (v && v.status !== "fits" ? "<li>No change found that fits.</li>" : "<li>No change needed.</li>");
+  $("warnings").innerHTML = data.warnings.map((w) => `<li>${esc(w.message)}</li>`).join("") || "<li>None.</li>";
   $("assumptions").innerHTML = data.assumptions.map((a) => `<li>${esc(a)}</li>`).join("");
 }
 
 async function run(event) {
   if (event) event.preventDefault();
   $("error").hidden = true;
+  document.body.dataset.ready = "";
   try {
     const o = options();
     const data = await post("/api/estimate", o);
@@ -112,6 +155,9 @@ async function run(event) {
     drawCurve(curve, data.verdict ? data.verdict.usable_bytes : 0);
     document.body.dataset.ready = "1";
   } catch (err) {
+    // An old answer next to a new error would be read as the answer to the new request.
+    $("result").hidden = true;
+    ["breakdown", "curve", "suggestions", "warnings", "assumptions"].forEach((id) => { $(id).innerHTML = ""; });
     $("error").textContent = err.message;
     $("error").hidden = false;
     document.body.dataset.ready = "1";
@@ -119,8 +165,11 @@ async function run(event) {
 }
 
 async function init() {
-  const [models, gpus] = await Promise.all([fetch("/api/models").then((r) => r.json()),
-                                            fetch("/api/gpus").then((r) => r.json())]);
+  const [models, gpus, sch] = await Promise.all([fetch("/api/models").then((r) => r.json()),
+                                                 fetch("/api/gpus").then((r) => r.json()),
+                                                 fetch("/api/schema").then((r) => r.json())]);
+  schema = sch;
+  buildTraining();
   $("models").innerHTML = models.map((m) => `<option value="${esc(m.id)}">${esc(m.slug)}</option>`).join("");
   $("gpu").innerHTML += gpus.map((g) => `<option value="${esc(g.slug)}">${esc(g.name)} (${gib(g.memory_bytes)})</option>`).join("");
   $("gpu").value = "rtx-4090";
@@ -129,7 +178,7 @@ async function init() {
     uploaded = file ? JSON.parse(await file.text()) : null;
   });
   $("setup").addEventListener("submit", run);
-  ["method", "precision", "optimizer", "attn", "grad_ckpt", "gpu"].forEach((id) => $(id).addEventListener("change", run));
+  document.querySelectorAll("#training select, #gpu").forEach((el) => el.addEventListener("change", run));
   run();
 }
 init();

@@ -1,0 +1,373 @@
+"""The vocabulary of a request, defined once: every option of a training setup, the hardware and the dataset.
+
+Each option has a name (the ``TrainingSetup`` field and the JSON key), a type, its unit, allowed values, help,
+the global default (recipes override it: recipes.py), the methods it applies to, and its key in each trainer's
+config. From this table come the command-line flags (``add_options``), the JSON API's validation and schema
+(``values_from_json``, ``json_schema``), the web form's defaults (``GET /api/schema``), the command that
+reproduces a suggestion (``command_line``) and the key names ``memfit check`` reads and edits (``tool_key``).
+No option is spelled out anywhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from .errors import InvalidSetupError, Problem, UsageError
+
+METHODS = ("full", "lora", "qlora")
+ADAPTER_METHODS = ("lora", "qlora")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed")
+OPTIMIZERS = {
+    "adamw": "torch AdamW, foreach implementation (the CUDA default when no flag is given)",
+    "adamw-fused": "torch AdamW(fused=True), HF Trainer's adamw_torch_fused",
+    "adamw-loop": "torch AdamW(foreach=False), the for-loop implementation",
+    "adamw-bnb": "bitsandbytes 32-bit AdamW (fp32 states even for bf16 weights)",
+    "adamw-8bit": "bitsandbytes AdamW8bit (blockwise 8-bit states)",
+    "paged-adamw": "bitsandbytes PagedAdamW (32-bit states in CUDA managed memory)",
+    "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit (8-bit states in CUDA managed memory)",
+    "sgd": "torch SGD with momentum",
+    "adafactor": "transformers Adafactor (factored second moment, no first moment)",
+}
+# HF TrainingArguments.optim names (transformers training_args.py OptimizerNames) and other spellings.
+OPTIMIZER_ALIASES = {"adamw-torch": "adamw", "adamw_torch": "adamw", "adamw_torch_fused": "adamw-fused",
+                     "adamw-torch-fused": "adamw-fused", "adamw_8bit": "adamw-8bit", "adamw_bnb_8bit": "adamw-8bit",
+                     "paged_adamw_8bit": "paged-adamw-8bit", "paged_adamw_32bit": "paged-adamw",
+                     "paged-adamw-32bit": "paged-adamw", "adam": "adamw", "adamw-foreach": "adamw"}
+BNB_OPTIMIZERS = ("adamw-bnb", "adamw-8bit", "paged-adamw", "paged-adamw-8bit")
+ATTENTION = ("sdpa", "flash", "eager")
+QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
+SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
+OFFLOADS = ("none", "optimizer", "optimizer+params")
+ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+TOOLS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
+
+# Past these a number is a typo, not a plan: no single device trains 2M tokens per micro-batch.
+MAX_SEQ_LEN = 1 << 21
+MAX_BATCH = 1 << 16
+MAX_RANK = 1 << 14
+
+_ACCUM = "gradient_accumulation_steps"
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str                       # the TrainingSetup field / request key, and the JSON key
+    kind: str                       # "int" | "float" | "bool" | "choice" | "targets" | "text"
+    help: str
+    group: str = "setup"            # "setup" | "hardware" | "dataset"
+    default: object = None          # the global default (None: decided from other fields, see setup.py)
+    choices: tuple[str, ...] = ()
+    aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    unit: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    below_maximum: bool = False     # the maximum itself is excluded (dropout < 1)
+    methods: tuple[str, ...] = ()   # the methods it applies to (empty: every method)
+    flag: str = ""                  # when the flag is not --name-with-dashes
+    tool_keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    web: bool = True                # offered by the JSON API (paths on the server's disk are not)
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+
+def _keys(**keys: str) -> Mapping[str, str]:
+    return MappingProxyType(keys)
+
+
+SETUP_OPTIONS: tuple[Option, ...] = (
+    Option("recipe", "choice", "the training stack whose defaults fill what you do not set", default="hf",
+           choices=("hf", "torchtune", "litgpt", "unsloth", "axolotl", "pytorch", "mlx")),
+    Option("method", "choice", "what trains: every weight, a LoRA adapter, or an adapter on a 4-bit base",
+           default="lora", choices=METHODS,
+           tool_keys=_keys(axolotl="adapter", llamafactory="finetuning_type", torchtune="model._component_",
+                           trl="use_peft", mlx="fine_tune_type")),
+    Option("batch_size", "int", "micro-batch size per GPU", default=1, unit="sequences", minimum=1,
+           maximum=MAX_BATCH,
+           tool_keys=_keys(axolotl="micro_batch_size", llamafactory="per_device_train_batch_size",
+                           torchtune="batch_size", trl="per_device_train_batch_size", mlx="batch_size")),
+    Option("seq_len", "int", "max sequence length", default=2048, unit="tokens", minimum=1, maximum=MAX_SEQ_LEN,
+           tool_keys=_keys(axolotl="sequence_len", llamafactory="cutoff_len", torchtune="tokenizer.max_seq_len",
+                           trl="max_length", mlx="max_seq_length")),
+    Option("grad_accum", "int", "gradient accumulation steps (the effective batch is batch x accumulation)",
+           default=1, unit="micro-batches", minimum=1, maximum=1 << 20,
+           tool_keys=_keys(axolotl=_ACCUM, llamafactory=_ACCUM, torchtune=_ACCUM, trl=_ACCUM)),
+    Option("precision", "choice", "auto: the checkpoint's dtype as the recipe trains it; bf16/fp16: pure "
+           "16-bit; *-mixed: fp32 weights under autocast", default="auto", choices=PRECISIONS,
+           tool_keys=_keys(axolotl="bf16", llamafactory="bf16", torchtune="dtype", trl="bf16")),
+    Option("autocast", "bool", "the trainer wraps the forward in torch.autocast (with precision auto)",
+           flag="--autocast"),
+    Option("optimizer", "choice", "optimizer implementation (HF names such as adamw_torch_fused work too)",
+           default="adamw-fused", choices=tuple(OPTIMIZERS), aliases=MappingProxyType(OPTIMIZER_ALIASES),
+           tool_keys=_keys(axolotl="optimizer", llamafactory="optim", torchtune="optimizer._component_",
+                           trl="optim", mlx="optimizer")),
+    Option("optimizer_in_backward", "bool", "step the optimizer inside backward (torchtune optimizer_in_bwd)",
+           default=False, tool_keys=_keys(torchtune="optimizer_in_bwd")),
+    Option("grad_ckpt", "bool", "gradient (activation) checkpointing", default=False,
+           tool_keys=_keys(axolotl="gradient_checkpointing", llamafactory="disable_gradient_checkpointing",
+                           torchtune="enable_activation_checkpointing", trl="gradient_checkpointing",
+                           mlx="grad_checkpoint")),
+    Option("ckpt_reentrant", "bool", "reentrant checkpointing (transformers v4's default; v5 is non-reentrant)",
+           default=False, flag="--reentrant"),
+    Option("ckpt_offload", "bool", "checkpoints kept in host memory (unsloth's offloaded checkpointing)"),
+    Option("attn", "choice", "attention kernel", default="sdpa", choices=ATTENTION,
+           tool_keys=_keys(axolotl="flash_attention", llamafactory="flash_attn", trl="attn_implementation")),
+    Option("chunked_ce", "bool", "chunked cross-entropy (the recipe's own kind; Liger's for hf)", default=False,
+           tool_keys=_keys(axolotl="cut_cross_entropy", llamafactory="enable_liger_kernel",
+                           torchtune="loss._component_", trl="use_liger_kernel")),
+    Option("lora_rank", "int", "LoRA rank", default=8, minimum=1, maximum=MAX_RANK, methods=ADAPTER_METHODS,
+           tool_keys=_keys(axolotl="lora_r", llamafactory="lora_rank", torchtune="model.lora_rank", trl="lora_r",
+                           mlx="lora_parameters.rank")),
+    Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}",
+           default=("q", "v"), methods=ADAPTER_METHODS,
+           tool_keys=_keys(axolotl="lora_target_modules", llamafactory="lora_target",
+                           torchtune="model.lora_attn_modules", trl="lora_target_modules")),
+    Option("lora_dropout", "float", "LoRA dropout probability", default=0.0, minimum=0.0, maximum=1.0,
+           below_maximum=True, methods=ADAPTER_METHODS,
+           tool_keys=_keys(axolotl="lora_dropout", llamafactory="lora_dropout", torchtune="model.lora_dropout",
+                           trl="lora_dropout", mlx="lora_parameters.dropout")),
+    Option("quant", "choice", "QLoRA base quantization (bitsandbytes)", default="nf4-dq", choices=QUANTS,
+           methods=("qlora",),
+           tool_keys=_keys(axolotl="load_in_4bit", llamafactory="quantization_bit", trl="load_in_4bit")),
+    Option("kbit_upcast", "bool", "peft prepare_model_for_kbit_training's fp32 upcast of norms, embeddings and "
+           "lm_head (TRL < 0.22 called it)", default=False, methods=("qlora",)),
+    Option("padding", "bool", "batches carry a padding mask (not packed)", default=False),
+    Option("gpus", "int", "GPUs per node", default=1, unit="GPUs", minimum=1, maximum=1 << 16),
+    Option("nodes", "int", "nodes", default=1, unit="nodes", minimum=1, maximum=4096),
+    Option("shard", "choice", "data-parallel layout; with more than one GPU, none means replicas (ddp)",
+           choices=SHARDS),
+    Option("offload", "choice", "ZeRO / FSDP CPU offload", default="none", choices=OFFLOADS),
+)
+
+REQUEST_OPTIONS: tuple[Option, ...] = (
+    Option("gpu", "text", "a GPU from `memfit gpus` (e.g. rtx-4090, a100-80gb), or auto: this machine's",
+           group="hardware"),
+    Option("memory", "text", "a card's own memory, e.g. 24GiB (never system RAM)", group="hardware"),
+    Option("mac", "text", "an Apple-silicon Mac's unified memory, e.g. 36GB", group="hardware"),
+    Option("mac_wired_limit", "text", "override the Mac's GPU limit (sysctl iogpu.wired_limit_mb)",
+           group="hardware"),
+    Option("host_ram", "text", "the machine's RAM, checked against what offload moves to it (e.g. 256GB)",
+           group="hardware"),
+    Option("dataset", "text", "JSONL, JSON, CSV or Parquet training data (text, prompt/completion, "
+           "instruction/output or chat messages)", group="dataset", web=False),
+    Option("tokenizer", "text", "tokenizer.json or a model directory (with its chat template)", group="dataset",
+           web=False),
+)
+
+BY_NAME: Mapping[str, Option] = MappingProxyType({o.name: o for o in SETUP_OPTIONS + REQUEST_OPTIONS})
+SETUP_FIELDS = tuple(o.name for o in SETUP_OPTIONS)
+HARDWARE_FIELDS = tuple(o.name for o in REQUEST_OPTIONS if o.group == "hardware")
+
+
+# ---- words: how each face names an option --------------------------------------------------------------------
+def flag_name(name: str) -> str:
+    option = BY_NAME.get(name)
+    return option.cli_flag if option else "--" + name.replace("_", "-")
+
+
+def json_name(name: str) -> str:
+    return name
+
+
+def tool_key(name: str, tool: str) -> str | None:
+    """The key that sets option `name` in `tool`'s config (dotted for nested keys), or None."""
+    return BY_NAME[name].tool_keys.get(tool)
+
+
+# ---- values: parsing and checking, the same for every face ---------------------------------------------------
+def parse_targets(value) -> tuple[str, ...]:
+    """'all-linear' | 'q,k,v,o' | 'q_proj,v_proj' | a list of those -> canonical target names."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    raw = [str(t).strip().lower() for t in items if str(t).strip()]
+    if raw in (["all-linear"], ["all"], ["all_linear"]):
+        return ALL_TARGETS
+    out = tuple(dict.fromkeys(t.removesuffix("_proj") for t in raw))
+    bad = [t for t in out if t not in ALL_TARGETS]
+    if bad or not out:
+        raise ValueError(f"unknown LoRA target {', '.join(bad) or '(none)'}; use all-linear or a comma list of "
+                         f"{','.join(ALL_TARGETS)}")
+    return out
+
+
+def normalize(option: Option, value, from_text: bool = False):
+    """The canonical value of `option` (raises ValueError with a reason). Text from the command line is parsed;
+    JSON values must already have the right type."""
+    kind = option.kind
+    if kind == "int":
+        if from_text:
+            try:
+                value = int(str(value).replace("_", ""))
+            except ValueError:
+                raise ValueError(f"{value!r} is not a whole number") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be a whole number, got {value!r}")
+        return value
+    if kind == "float":
+        if from_text:
+            try:
+                value = float(value)
+            except ValueError:
+                raise ValueError(f"{value!r} is not a number") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise ValueError(f"must be a number, got {value!r}")
+        return float(value)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"must be true or false, got {value!r}")
+        return value
+    if kind == "targets":
+        if not isinstance(value, (str, list, tuple)):
+            raise ValueError(f"must be all-linear or a list of {','.join(ALL_TARGETS)}, got {value!r}")
+        return parse_targets(value)
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {value!r}")
+    if kind == "choice":
+        key = value.strip().lower()
+        key = option.aliases.get(key, option.aliases.get(key.replace("-", "_"), key))
+        if key not in option.choices:
+            raise ValueError(f"{value!r} is not one of {', '.join(option.choices)}")
+        return key
+    if len(value) > 4096 or any(ord(c) < 32 for c in value):
+        raise ValueError("is not a plausible value (too long, or control characters)")
+    return value
+
+
+def check_range(option: Option, value) -> str | None:
+    """Why `value` is outside what `option` can mean, or None."""
+    if option.kind not in ("int", "float"):
+        return None
+    if option.minimum is not None and value < option.minimum:
+        return f"must be at least {option.minimum:g}, got {value}"
+    if option.maximum is not None:
+        if option.below_maximum and value >= option.maximum:
+            return f"must be below {option.maximum:g}, got {value}"
+        if value > option.maximum:
+            return f"{value} is absurdly large (limit {option.maximum:g})"
+    return None
+
+
+def values_from_json(body: Mapping, allowed: tuple[str, ...] | None = None) -> dict:
+    """Typed option values from a JSON object (null means the default); every problem is collected. Unknown keys
+    and wrong types raise UsageError (malformed request); the setup's own rules are TrainingSetup's."""
+    names = allowed or tuple(o.name for o in SETUP_OPTIONS + REQUEST_OPTIONS if o.web)
+    problems, out = [], {}
+    for key, value in body.items():
+        if key not in names:
+            problems.append(f"unknown option {key!r} (known: {', '.join(names)})")
+            continue
+        if value is None:
+            continue
+        try:
+            out[key] = normalize(BY_NAME[key], value)
+        except ValueError as exc:
+            problems.append(f"{key}: {exc}")
+    if problems:
+        raise UsageError("; ".join(problems))
+    return out
+
+
+def values_from_args(args: argparse.Namespace, names: tuple[str, ...]) -> dict:
+    """Typed option values from parsed command-line text (flags not given are left out)."""
+    problems, out = [], {}
+    for name in names:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        option = BY_NAME[name]
+        try:
+            out[name] = normalize(option, value, from_text=True) if option.kind != "bool" else value
+        except ValueError as exc:
+            problems.append(Problem(name, f"{{{name}}} {exc}"))
+    if problems:
+        raise InvalidSetupError(problems)
+    return out
+
+
+# ---- generated faces ------------------------------------------------------------------------------------------
+def _help(option: Option, recipe_note: bool) -> str:
+    text = option.help
+    if option.kind == "choice" and option.name != "optimizer":
+        text += f": {'|'.join(option.choices)}"
+    elif option.name == "optimizer":
+        text += f": {'|'.join(option.choices)}"
+    if option.unit:
+        text += f" ({option.unit})"
+    if option.methods:
+        text += f"; only with method {' or '.join(option.methods)}"
+    if recipe_note and option.group == "setup":
+        text += "; default: the recipe's" if option.default is None or option.name not in ("recipe",) else ""
+    return text
+
+
+def add_options(parser: argparse.ArgumentParser, group: str, names: tuple[str, ...] | None = None) -> None:
+    """The flags of one group of options. Values stay text here: the library parses and checks them, so the
+    command line, the JSON API and Python refuse the same things with the same words."""
+    titles = {"setup": "training setup (unset flags take the recipe's defaults, marked * in the output)",
+              "hardware": "hardware (one of --gpu, --memory, --mac)", "dataset": "dataset check"}
+    g = parser.add_argument_group(titles[group])
+    for option in SETUP_OPTIONS + REQUEST_OPTIONS:
+        if option.group != group or (names is not None and option.name not in names):
+            continue
+        if option.kind == "bool":
+            g.add_argument(option.cli_flag, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
+                           help=_help(option, True))
+        else:
+            g.add_argument(option.cli_flag, dest=option.name, default=None, metavar=option.name.upper(),
+                           help=_help(option, True))
+
+
+def json_schema() -> dict:
+    """A JSON Schema of the request body of POST /api/estimate (GET /api/schema), with each option's default,
+    unit and the methods it applies to, for the web form and API clients."""
+    types = {"int": {"type": "integer"}, "float": {"type": "number"}, "bool": {"type": "boolean"},
+             "text": {"type": "string"},
+             "targets": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"enum": list(ALL_TARGETS)}}]}}
+    props: dict = {"model": {"type": "string", "description": "a catalog name or Hugging Face id"},
+                   "config": {"type": "object", "description": "the contents of a config.json (instead of model)"}}
+    for option in SETUP_OPTIONS + REQUEST_OPTIONS:
+        if not option.web:
+            continue
+        prop = dict(types.get(option.kind, {"type": "string", "enum": list(option.choices)}))
+        prop["description"] = option.help
+        prop["x-group"] = option.group
+        if option.default is not None:
+            prop["default"] = list(option.default) if isinstance(option.default, tuple) else option.default
+        if option.unit:
+            prop["x-unit"] = option.unit
+        if option.methods:
+            prop["x-methods"] = list(option.methods)
+        if option.minimum is not None:
+            prop["minimum"] = option.minimum
+        if option.maximum is not None:
+            prop["exclusiveMaximum" if option.below_maximum else "maximum"] = option.maximum
+        props[option.name] = prop
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "memfit estimate request",
+            "type": "object", "properties": props, "additionalProperties": False,
+            "oneOf": [{"required": ["model"]}, {"required": ["config"]}]}
+
+
+def flag_words(name: str, value) -> list[str]:
+    """The command-line words that set option `name` to `value`."""
+    option = BY_NAME[name]
+    if option.kind == "bool":
+        return [option.cli_flag if value else "--no-" + option.cli_flag[2:]]
+    if option.kind == "targets":
+        value = ",".join(value)
+    return [option.cli_flag, _quote(str(value))]
+
+
+def _quote(text: str) -> str:
+    return f"'{text}'" if any(c in text for c in " \"'$;&|<>()`\\") or not text else text
+
+
+def command_line(command: str, model_ref: str, values: Mapping[str, object]) -> str:
+    """`memfit COMMAND MODEL --flag value ...` for the given option values, in the table's order."""
+    words = ["memfit", command, _quote(model_ref)]
+    for option in SETUP_OPTIONS + REQUEST_OPTIONS:
+        if option.name in values and values[option.name] is not None:
+            words += flag_words(option.name, values[option.name])
+    return " ".join(words)
