@@ -22,7 +22,7 @@ def test_estimate_json_schema(capsys):
                          "--gpu", "rtx-4090")
     assert code == 0 and err == ""
     data = json.loads(out)
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert data["model"]["name"] == "Qwen/Qwen2.5-7B" and data["model"]["params"] == 7_615_616_512
     assert data["model"]["trainable_params"] == 28 * 8 * (3584 + 3584 + 3584 + 512)   # r8 on q,v
     for key in ("setup", "components", "peak_allocated_bytes", "peak_reserved_bytes", "device_bytes", "range",
@@ -95,22 +95,31 @@ BAD = [
     (["estimate", "llama-3.1-8b", "--seq-len", "-5"], 1, "at least 1"),
     (["estimate", "llama-3.1-8b", "--seq-len", "ten"], 1, "not a whole number"),
     (["estimate", "llama-3.1-8b", "--batch-size", "99999999"], 1, "absurdly large"),
-    (["estimate", "llama-3.1-8b", "--method", "full", "--quant", "nf4"], 1, "--quant only applies"),
-    (["estimate", "llama-3.1-8b", "--method", "full", "--lora-rank", "8"], 1, "contradicts --method full"),
+    (["estimate", "llama-3.1-8b", "--method", "full", "--quant", "nf4"], 1, "--quant only applies to --method qlora"),
+    (["estimate", "llama-3.1-8b", "--method", "full", "--lora-rank", "8"], 1,
+     "--lora-rank only applies to --method lora or qlora (method is full)"),
     (["estimate", "llama-3.1-8b", "--gpu", "rtx-4090", "--mac", "36GB"], 1, "exactly one"),
     (["estimate", "llama-3.1-8b", "--gpu", "rtx4090x"], 1, "unknown GPU"),
     (["estimate", "llama-3.1-8b", "--memory", "24"], 1, "no unit"),
     (["estimate", "llama-3.1-8b", "--memory=-24GB"], 1, "not a size"),
     (["estimate", "llama-3.1-8b", "--memory", "5000TB"], 1, "larger than any"),
     (["estimate", "llama-3.1-8b", "--optimizer", "lion"], 1, "optimizer 'lion'"),
-    (["estimate", "llama-3.1-8b", "--lora-targets", "q,zz"], 1, "LoRA targets"),
-    (["estimate", "llama-3.1-8b", "--recipe", "nemo"], 1, "unknown recipe"),
-    (["estimate", "llama-3.1-8b", "--gpus", "8"], 1, "needs a layout"),
+    (["estimate", "llama-3.1-8b", "--lora-targets", "q,zz"], 1, "--lora-targets unknown LoRA target zz"),
+    (["estimate", "llama-3.1-8b", "--recipe", "nemo"], 1, "--recipe 'nemo' is not one of hf, torchtune"),
+    (["estimate", "llama-3.1-8b", "--gpus", "0"], 1, "--gpus must be at least 1"),
+    (["estimate", "llama-3.1-8b", "--recipe", "mlx", "--optimizer", "adamw-8bit"], 1,
+     "--optimizer adamw-8bit is not one the mlx recipe can use"),
+    (["estimate", "llama-3.1-8b", "--gpus", "2", "--mac", "36GB"], 1, "a Mac has one GPU"),
+    (["estimate", "qwen2.5-0.5b", "--lora-rank", "16384"], 1, "above the width of the adapted layers (128)"),
+    (["estimate", "llama-3.1-8b", "--recipe", "torchtune", "--method", "full", "--grad-accum", "4"], 1,
+     "--optimizer-in-backward cannot accumulate gradients: set --grad-accum 1"),
+    (["estimate", "llama-3.1-8b", "--precision", "bf16", "--autocast"], 1, "--autocast contradicts --precision"),
+    (["estimate", "llama-3.1-8b", "--ckpt-offload"], 1, "--ckpt-offload moves checkpoints"),
     (["estimate", "llama-3.1-8b", "--shard", "zero2", "--offload", "optimizer+params"], 1, "needs --shard zero3"),
     (["estimate", "llama-3.1-8b", "--gpus", "2", "--shard", "hsdp"], 1, "--nodes 2 or more"),
     (["estimate", "llama-3.1-8b", "--method", "qlora", "--precision", "fp32"], 1, "contradicts"),
     (["estimate", "0.0001B"], 1, "below a million"),
-    (["estimate", "llama-3.1-8b", "--attn", "magic"], 2, "invalid choice"),
+    (["estimate", "llama-3.1-8b", "--attn", "magic"], 1, "--attn 'magic' is not one of sdpa, flash, eager"),
     (["estimate"], 2, "required"),
     (["frobnicate"], 2, "invalid choice"),
 ]
@@ -167,3 +176,42 @@ def test_every_command_has_help_and_is_in_the_readme(capsys):
         assert exit_info.value.code == 0
         assert "usage: memfit " + command in capsys.readouterr().out
         assert f"memfit {command}" in readme, command
+
+
+def test_every_recipe_switch_has_an_off_form(capsys):
+    """Issue #13/#15: a recipe default can be turned off explicitly (TT-10 ran torchtune full without them)."""
+    code, out, _ = run(capsys, "estimate", "llama-3.1-8b", "--recipe", "torchtune", "--method", "full",
+                       "--no-grad-ckpt", "--no-chunked-ce", "--no-optimizer-in-backward", "--optimizer", "adamw",
+                       "--format", "json")
+    setup = json.loads(out)["setup"]
+    assert code == 0 and setup["grad_ckpt"] is False and setup["chunked_ce"] is False
+    assert setup["optimizer_in_backward"] is False and setup["optimizer"] == "adamw"
+    code, out, _ = run(capsys, "estimate", "llama-3.1-8b", "--recipe", "unsloth", "--no-ckpt-offload",
+                       "--no-autocast", "--format", "json")
+    setup = json.loads(out)["setup"]
+    assert code == 0 and setup["ckpt_offload"] is False and setup["autocast"] is False and setup["grad_ckpt"]
+    code, out, _ = run(capsys, "estimate", "llama-3.1-8b", "--recipe", "unsloth", "--format", "json")
+    assert json.loads(out)["setup"]["ckpt_offload"] is True
+
+
+def test_gpus_without_a_layout_are_replicas(capsys):
+    """`--gpus 4` alone, or with --shard none, means DDP replicas, exactly as --shard ddp."""
+    outs = []
+    for extra in ([], ["--shard", "none"], ["--shard", "ddp"]):
+        code, out, _ = run(capsys, "estimate", "llama-3.2-1b", "--method", "full", "--gpus", "4", *extra,
+                           "--format", "json")
+        data = json.loads(out)
+        assert code == 0 and data["setup"]["shard"] == "ddp"
+        outs.append(data["device_bytes"])
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_past_the_context_is_a_warning(capsys, tmp_path):
+    from memfit.sources.catalog import find_entry
+
+    config = dict(find_entry("llama-3.2-1b")["config"], max_position_embeddings=1024)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out, _ = run(capsys, "estimate", str(path), "--seq-len", "4096", "--format", "json")
+    warnings = {w["code"]: w["message"] for w in json.loads(out)["warnings"]}
+    assert code == 0 and "past" in warnings["past-context"] and "1024" in warnings["past-context"]

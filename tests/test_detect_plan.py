@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from memfit.verdict import verdict
+
 from memfit import TrainingSetup, estimate, load_hardware, load_model
 from memfit.cli import main
 from memfit.detect import detect_hardware
@@ -54,12 +56,26 @@ def test_nothing_found_is_a_clear_error():
 
 def test_plan_recommends_the_best_method_that_fits():
     spec, hw = load_model("Qwen/Qwen2.5-7B"), load_hardware(gpu="rtx-4090")
-    recommended, alternatives = plan(spec, TrainingSetup(seq_len=2048), hw, "Qwen/Qwen2.5-7B", ["--gpu", "rtx-4090"])
+    recommended, alternatives = plan(spec, TrainingSetup(seq_len=2048), hw, lambda s: "cmd")
     assert recommended.method == "lora"                 # full needs far more than 24 GB
-    assert estimate(spec, recommended.setup).device_bytes == recommended.device_bytes <= hw.usable_bytes
+    est = estimate(spec, recommended.setup)
+    assert est.device_bytes == recommended.device_bytes and verdict(est, hw).status == "fits"
     assert recommended.setup.batch_size * recommended.setup.grad_accum >= 16
     full = next(o for o in alternatives if o.method == "full")
     assert full.setup is None and full.device_bytes > hw.usable_bytes
+
+
+def test_plan_recommendation_rechecks_as_fits(capsys):
+    """Issue #13 / D2: plan's recommended command, re-run, says FITS (the one meaning of fits)."""
+    import shlex
+
+    for argv in (["plan", "meta-llama/Llama-3.1-8B", "--memory", "16GiB"], ["plan", "Qwen/Qwen2.5-7B", "--mac", "36GB"]):
+        assert main(argv + ["--format", "json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        command = data["recommended"]["command"]
+        assert main(shlex.split(command)[1:] + ["--format", "json"]) == 0
+        again = json.loads(capsys.readouterr().out)
+        assert again["verdict"]["status"] == "fits" and again["device_bytes"] == data["recommended"]["device_bytes"]
 
 
 def test_plan_cli_json(capsys):

@@ -91,7 +91,7 @@ def test_a_written_edit_rechecks_to_the_promised_estimate(tmp_path, tool):
     best = write_suggested(result, str(out))
     again = check_config(str(out), hw)
     assert again.estimate.device_bytes == best.device_bytes
-    assert again.verdict.fits
+    assert again.verdict.status == "fits"
 
 
 def test_defaults_are_the_tools_own(tmp_path):
@@ -143,7 +143,7 @@ def test_dataset_named_in_the_config_is_checked(tmp_path):
     config = dict(CONFIGS["axolotl"][1], sequence_len=32, datasets=[{"path": "train.jsonl", "type": "completion"}])
     result = check_config(_write(tmp_path, "axolotl", config), tokenizer=str(tok_path))
     assert result.dataset.p50 == 50 and result.dataset.truncated_share == 0.68
-    assert "length-below-typical" in [w["code"] for w in result.warnings]
+    assert "length-below-typical" in [w.code for w in result.warnings]
 
 
 def test_check_cli_json(capsys, tmp_path):
@@ -165,3 +165,42 @@ def test_sharding_settings_and_pure_bf16(tmp_path):
     assert result.estimate.device_bytes == estimate(load_model("meta-llama/Meta-Llama-3-8B"), s).device_bytes
     trl = dict(CONFIGS["trl"][1], fsdp="full_shard auto_wrap")
     assert check_config(_write(tmp_path, "trl", trl), gpus=4).setup.shard == "fsdp"
+
+
+def test_written_yaml_keeps_comments_order_and_refuses_the_input(tmp_path, capsys):
+    """Issue #13 / D7: --write-suggested never silently overwrites its input, and keeps comments and key order."""
+    text = ("# my run\nbase_model: meta-llama/Llama-3.1-8B  # the base\nadapter: lora\nsequence_len: 4096\n"
+            "micro_batch_size: 8\ngradient_accumulation_steps: 1\ngradient_checkpointing: false\n"
+            "optimizer: adamw_torch_fused\n")
+    path = tmp_path / "a.yml"
+    path.write_text(text)
+    assert main(["check", str(path), "--gpu", "rtx-4090", "--write-suggested", str(path)]) == 1
+    assert "--in-place" in capsys.readouterr().err and path.read_text() == text
+    out = tmp_path / "b.yml"
+    assert main(["check", str(path), "--gpu", "rtx-4090", "--write-suggested", str(out)]) == 0
+    written = out.read_text()
+    assert written.startswith("# my run\nbase_model: meta-llama/Llama-3.1-8B  # the base\n")
+    keys = [line.split(":")[0] for line in written.splitlines() if line and not line.startswith("#")]
+    assert keys[:7] == ["base_model", "adapter", "sequence_len", "micro_batch_size", "gradient_accumulation_steps",
+                        "gradient_checkpointing", "optimizer"]
+    data = yaml.safe_load(written)
+    # The obvious fix, not a 64-token length: micro-batch 1 x 8 at the user's 4096 tokens.
+    assert data["sequence_len"] == 4096 and data["micro_batch_size"] * data["gradient_accumulation_steps"] == 8
+    capsys.readouterr()
+    assert main(["check", str(out), "--gpu", "rtx-4090", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"]["status"] == "fits"
+    assert main(["check", str(path), "--gpu", "rtx-4090", "--write-suggested", str(path), "--in-place"]) == 0
+    assert path.read_text().startswith("# my run\n")
+
+
+def test_torchtune_8bit_optimizer_edit_drops_torch_only_arguments(tmp_path):
+    """D5: bitsandbytes' AdamW8bit takes no `fused`; an edit that switches to it removes the argument."""
+    from memfit.preflight.edits import apply_edits, edits_for
+
+    data = CONFIGS["torchtune"][1]
+    edits, reason = edits_for("torchtune", {"optimizer": "adamw-8bit"}, data)
+    assert reason is None
+    assert edits == {"optimizer._component_": "bitsandbytes.optim.AdamW8bit", "optimizer.fused": None}
+    assert apply_edits(data, edits)["optimizer"] == {"_component_": "bitsandbytes.optim.AdamW8bit", "lr": 3e-4}
+    # An edit that changes nothing is no edit.
+    assert edits_for("torchtune", {"lora_rank": 8}, data) == ({}, None)

@@ -28,8 +28,10 @@ from .verdict import verdict
 MIN_SAVING_SHARE = 0.02
 # Without a dataset, lengths below this are assumed to cut typical instruction-tuning examples.
 TYPICAL_LENGTH_FLOOR = 512
+# Below this share of usable memory to spare, a run that fits is warned about growing its length or batch.
+THIN_MARGIN_SHARE = 0.10
 # How many fitting changes and how many partial ones to list.
-MAX_FITTING, MAX_PARTIAL = 5, 4
+MAX_FITTING, MAX_PARTIAL = 4, 4
 
 # What each lever costs the user: (rank, words). Lower ranks are cheaper. Ranks order advice only.
 COSTS = {
@@ -40,8 +42,11 @@ COSTS = {
     "grad-ckpt": (2, "about 20-30% slower: each layer is recomputed during backward"),
     "lora-smaller": (3, "a smaller adapter: slightly less capacity"),
     "qlora": (3, "4-bit frozen base: a small quality cost, slower matmuls (dequantization)"),
+    # A shorter max length costs more the more of it is cut (kept >= 3/4, >= 1/2, >= 1/4, less).
     "seq-len": (3, "examples longer than the new length are cut: the model never sees their ends"),
-    "seq-len-half": (5, "more than half of the max length is cut: long examples lose most of their ends"),
+    "seq-len-half": (4, "up to half of the max length is cut: long examples lose their ends"),
+    "seq-len-quarter": (5, "more than half of the max length is cut: long examples lose most of their ends"),
+    "seq-len-most": (6, "more than three quarters of the max length is cut"),
     "lora": (4, "trains an adapter instead of every weight"),
     "more-gpus": (5, "more GPUs: the same training, its state sharded across them (more hardware, some "
                      "communication)"),
@@ -105,7 +110,7 @@ def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, command_f
     fitting = _undominated(fitting)
     fitting.sort(key=lambda c: (_rank(c.keys), c.estimate.device_bytes))
     out = [_suggestion(c, spec, setup, base, hardware, command_for, model_ref, dataset, floor)
-           for c in fitting[:MAX_FITTING]]
+           for c in _shortlist(fitting)]
     # Single levers that save memory but are not enough alone: what each is worth, biggest saving first.
     partial = []
     for lever in levers:
@@ -180,9 +185,17 @@ def _fit_with(spec, setup, hardware, subset, floor: int, short: bool = False) ->
         return None
     trial = small.replace(seq_len=longest)
     est = estimate(spec, trial)
-    extra = {"seq-len-short" if short else ("seq-len-half" if 2 * longest < setup.seq_len else "seq-len")}
+    extra = {"seq-len-short" if short else _length_key(longest / setup.seq_len)}
     return _Candidate(keys | extra | ({"grad-accum"} if setup.batch_size > 1 else set()), trial, spec, est,
                       "fits")
+
+
+def _length_key(kept: float) -> str:
+    return "seq-len" if kept >= 0.75 else "seq-len-half" if kept >= 0.5 else "seq-len-quarter" if kept >= 0.25 \
+        else "seq-len-most"
+
+
+_LENGTH_KEYS = frozenset({"seq-len", "seq-len-half", "seq-len-quarter", "seq-len-most", "seq-len-short"})
 
 
 def _with_batch(setup: TrainingSetup, batch: int, effective: int) -> TrainingSetup | None:
@@ -197,11 +210,13 @@ def _more_gpus(spec, setup, hardware) -> _Candidate | None:
     if hardware.kind == "mac" or setup.world_size > 1 or setup.recipe == "mlx":
         return None
     for gpus in (2, 4, 8):
-        for shard, offload in (("zero2", "none"), ("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer")):
-            candidate = setup.replace(gpus=gpus, shard=shard, offload=offload)
-            est = estimate(spec, candidate)
-            if verdict(est, hardware).status == "fits":
-                return _Candidate(frozenset({"more-gpus"}), candidate, spec, est, "fits")
+        for ckpt in dict.fromkeys((setup.grad_ckpt, True)):
+            for shard, offload in (("zero2", "none"), ("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer")):
+                candidate = setup.replace(gpus=gpus, shard=shard, offload=offload, grad_ckpt=ckpt)
+                est = estimate(spec, candidate)
+                if verdict(est, hardware).status == "fits":
+                    keys = {"more-gpus"} | ({"grad-ckpt"} if ckpt != setup.grad_ckpt else set())
+                    return _Candidate(frozenset(keys), candidate, spec, est, "fits")
     return None
 
 
@@ -217,6 +232,22 @@ def _smaller_model(spec, setup, hardware) -> _Candidate | None:
     smaller = spec_from_entry(find_entry(result.value))
     est = estimate(smaller, setup)
     return _Candidate(frozenset({"smaller-model"}), setup, smaller, est, verdict(est, hardware).status)
+
+
+def _shortlist(ranked: list[_Candidate]) -> list[_Candidate]:
+    """The best few, varied: at most two that cut the length, and more GPUs or a smaller model always shown
+    when they fit (they change the hardware or the model, which the user may prefer to any setup change)."""
+    out, cuts = [], 0
+    for c in ranked:
+        if c.keys & {"more-gpus", "smaller-model"}:
+            continue
+        if c.keys & _LENGTH_KEYS:
+            if cuts == 2:
+                continue
+            cuts += 1
+        if len(out) < MAX_FITTING:
+            out.append(c)
+    return out + [c for c in ranked if c.keys & {"more-gpus", "smaller-model"}]
 
 
 def _rank(keys) -> tuple[int, int]:
@@ -261,7 +292,7 @@ def _suggestion(c: _Candidate, spec, setup, base, hardware, command_for, model_r
         changes["model"] = c.spec.name
         words.append(f"smaller model {c.spec.name}")
     costs = [COSTS[k][1] for k in sorted(c.keys, key=lambda k: COSTS[k][0])]
-    if c.keys & {"seq-len", "seq-len-half", "seq-len-short"}:
+    if c.keys & _LENGTH_KEYS:
         costs.append(_length_cost(c.setup.seq_len, dataset, floor))
     saving = base.device_bytes - c.estimate.device_bytes
     ref = model_ref if c.spec is spec else c.spec.name
@@ -308,12 +339,14 @@ def warnings_for(spec: ModelSpec, setup: TrainingSetup, est: Estimate, hardware:
         out.append(Caution("memory-looks-like-system-ram",
                            f"{hardware.capacity_bytes / GB:.0f} GB matches no single GPU but is a common system-RAM "
                            f"size: only the card's own memory counts (see `memfit gpus`)"))
-    if ver is not None and ver.status == "fits" and ver.margin_bytes < 0.10 * ver.usable_bytes \
+    # "Fits" means the range's high end fits (verdict.py), so the margin that matters is the high end's.
+    if ver is not None and ver.status == "fits" and ver.high_margin_bytes < THIN_MARGIN_SHARE * ver.usable_bytes \
             and not spec.is_rule_of_thumb:
         grow_len = max_int(spec, setup, hardware, "seq_len", step=64).value
         grow_batch = max_int(spec, setup, hardware, "batch_size").value
         out.append(Caution("thin-margin",
-                           f"only {gib(ver.margin_bytes)} to spare: raising length or batch will not fit (longest "
+                           f"only {gib(ver.high_margin_bytes)} to spare at the high end of the range: raising "
+                           f"length or batch will not fit (longest "
                            f"length at this batch: {grow_len}; largest batch at this length: {grow_batch})"))
     return out
 

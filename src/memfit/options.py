@@ -95,7 +95,9 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            trl="max_length", mlx="max_seq_length")),
     Option("grad_accum", "int", "gradient accumulation steps (the effective batch is batch x accumulation)",
            default=1, unit="micro-batches", minimum=1, maximum=1 << 20,
-           tool_keys=_keys(axolotl=_ACCUM, llamafactory=_ACCUM, torchtune=_ACCUM, trl=_ACCUM)),
+           # mlx-lm 0.32.2 mlx_lm/lora.py CONFIG_DEFAULTS: grad_accumulation_steps
+           tool_keys=_keys(axolotl=_ACCUM, llamafactory=_ACCUM, torchtune=_ACCUM, trl=_ACCUM,
+                           mlx="grad_accumulation_steps")),
     Option("precision", "choice", "auto: the checkpoint's dtype as the recipe trains it; bf16/fp16: pure "
            "16-bit; *-mixed: fp32 weights under autocast", default="auto", choices=PRECISIONS,
            tool_keys=_keys(axolotl="bf16", llamafactory="bf16", torchtune="dtype", trl="bf16")),
@@ -326,6 +328,8 @@ def json_schema() -> dict:
     types = {"int": {"type": "integer"}, "float": {"type": "number"}, "bool": {"type": "boolean"},
              "text": {"type": "string"},
              "targets": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"enum": list(ALL_TARGETS)}}]}}
+    from .recipes import RECIPE_DECIDED
+
     props: dict = {"model": {"type": "string", "description": "a catalog name or Hugging Face id"},
                    "config": {"type": "object", "description": "the contents of a config.json (instead of model)"}}
     for option in SETUP_OPTIONS + REQUEST_OPTIONS:
@@ -334,7 +338,9 @@ def json_schema() -> dict:
         prop = dict(types.get(option.kind, {"type": "string", "enum": list(option.choices)}))
         prop["description"] = option.help
         prop["x-group"] = option.group
-        if option.default is not None:
+        if option.name in RECIPE_DECIDED:
+            prop["x-recipe-default"] = True     # the recipe (and the method) decide it: no single default
+        elif option.default is not None:
             prop["default"] = list(option.default) if isinstance(option.default, tuple) else option.default
         if option.unit:
             prop["x-unit"] = option.unit

@@ -27,6 +27,7 @@ from .errors import InvalidSetupError, MemfitError, MissingExtraError, SourceErr
 
 MAX_BODY_BYTES = 1 << 20
 BODY_TIMEOUT_S = 10        # a request whose body has not arrived by then is dropped (408)
+HEADER_TIMEOUT_S = 10      # a connection whose request headers have not arrived by then is closed
 ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff",
@@ -202,6 +203,60 @@ def create_app(host: str = "127.0.0.1"):
                      exception_handlers={RequestError: on_request_error, HTTPException: on_http_error})
 
 
+def _deadline_protocol():
+    """uvicorn's h11 protocol with a deadline for a request's headers. uvicorn (0.3x, protocols/http/h11_impl.py)
+    times out idle keep-alive connections but waits forever for the headers of a request that was only begun; a
+    client trickling or abandoning them would hold its connection open. Here it is closed after
+    HEADER_TIMEOUT_S."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineH11Protocol(H11Protocol):
+        header_deadline = None
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._arm()
+
+        def _arm(self):
+            self._disarm()
+            self.header_deadline = self.loop.call_later(HEADER_TIMEOUT_S, self._expire)
+
+        def _disarm(self):
+            if self.header_deadline is not None:
+                self.header_deadline.cancel()
+                self.header_deadline = None
+
+        def _expire(self):
+            self.header_deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def handle_events(self):
+            cycle = self.cycle
+            super().handle_events()
+            if self.cycle is not cycle:      # a request's headers arrived: its body has its own deadline
+                self._disarm()
+
+        def on_response_complete(self):
+            self._arm()                      # the next request on this connection gets the same deadline
+            super().on_response_complete()
+
+        def connection_lost(self, exc):
+            self._disarm()
+            super().connection_lost(exc)
+
+    return DeadlineH11Protocol
+
+
+def make_config(app, **kw):
+    """uvicorn's configuration for the page: quiet, a deep listen queue and deadlines on every read."""
+    import uvicorn
+
+    # The listen queue holds 2048 connections: bursts of clients wait instead of being reset.
+    return uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=5, backlog=2048,
+                          http=_deadline_protocol(), h11_max_incomplete_event_size=64 * 1024, **kw)
+
+
 def serve(host: str, port: int) -> None:
     """Run the page on host:port until Ctrl-C. A busy port or an address that cannot be bound is one error."""
     import socket
@@ -219,9 +274,7 @@ def serve(host: str, port: int) -> None:
     except OSError as exc:
         sock.close()
         raise SourceError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    # The listen queue holds 2048 connections (uvicorn's default backlog): bursts of clients wait, not reset.
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=5, backlog=2048,
-                            h11_max_incomplete_event_size=64 * 1024)
+    config = make_config(app)
     print(f"memfit: http://{host}:{sock.getsockname()[1]}/  (Ctrl-C to stop)", flush=True)
     try:
         uvicorn.Server(config).run(sockets=[sock])

@@ -116,8 +116,6 @@ class TrainingSetup:
                                         f"zero1|zero2|zero3|fsdp|hsdp (shard is {self.shard})"))
         elif self.offload == "optimizer+params" and self.shard not in ("zero3", "fsdp", "hsdp"):
             p.append(Problem("offload", "offloading parameters needs {shard} zero3, fsdp or hsdp"))
-        if self.shard in _SHARDED and self.world_size == 1:
-            p.append(Problem("shard", f"{{shard}} {self.shard} shards over several GPUs: give {{gpus}} 2 or more"))
         if self.shard == "hsdp" and self.nodes < 2:
             p.append(Problem("shard", "hsdp shards within a node and replicates across nodes: give {nodes} 2 or "
                                       "more"))

@@ -292,7 +292,7 @@ def read_mlx(data: dict, base_dir=None) -> Mapped:
     params = r.get("lora_parameters") or {}
     setup = {"method": "full" if ftype == "full" else "lora", "batch_size": r.int("batch_size", 4),
              "seq_len": r.int("max_seq_length", 2048), "grad_ckpt": r.flag("grad_checkpoint"), "recipe": "mlx",
-             "optimizer": "adamw"}
+             "grad_accum": r.int("grad_accumulation_steps", 1), "optimizer": "adamw"}
     if ftype != "full":
         setup["lora_rank"] = int(params.get("rank", 8))
         setup["lora_dropout"] = float(params.get("dropout", 0.0))

@@ -12,7 +12,7 @@ const HIDDEN = new Set(["gpu", "memory", "mac", "mac_wired_limit", "host_ram"]);
 function gib(bytes) { return (bytes / GiB).toFixed(2) + " GiB"; }
 
 function defaultText(p) {
-  if (p.default === undefined) return "recipe default";
+  if (p["x-recipe-default"] || p.default === undefined) return "recipe default";
   return "default " + (Array.isArray(p.default) ? p.default.join(",") : String(p.default));
 }
 
@@ -93,18 +93,19 @@ function drawBreakdown(data) {
 function drawCurve(curve, usable) {
   const W = 900, H = 320, L = 60, B = 40, T = 20, R = 20;
   const all = Object.values(curve.methods).flatMap((m) => m.device_bytes).concat(usable ? [usable] : []);
-  const ymax = Math.max(...all) * 1.05;
+  // A log axis: the curves span 100x (a 32B model at 256 and 32k tokens), and the usable line must stay readable.
+  const ymax = Math.max(...all) * 1.1, ymin = Math.min(...all) / 1.1;
   const n = curve.lengths.length;
   const px = (i) => L + (W - L - R) * i / (n - 1);
-  const py = (b) => H - B - (H - B - T) * b / ymax;
+  const py = (b) => H - B - (H - B - T) * Math.log(b / ymin) / Math.log(ymax / ymin);
   let out = `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#333"/>` +
             `<line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#333"/>` +
             `<text x="${(W + L) / 2}" y="${H - 5}" font-size="12" text-anchor="middle">max length (tokens)</text>` +
-            `<text x="14" y="${(H - B) / 2}" font-size="12" transform="rotate(-90 14 ${(H - B) / 2})" text-anchor="middle">device memory (GiB)</text>`;
+            `<text x="14" y="${(H - B) / 2}" font-size="12" transform="rotate(-90 14 ${(H - B) / 2})" text-anchor="middle">device memory (GiB, log scale)</text>`;
   curve.lengths.forEach((len, i) => { out += `<text x="${px(i)}" y="${H - B + 15}" font-size="11" text-anchor="middle">${len}</text>`; });
   for (let k = 0; k <= 4; k++) {
-    const b = ymax * k / 4;
-    out += `<text x="${L - 6}" y="${py(b) + 4}" font-size="11" text-anchor="end">${(b / GiB).toFixed(0)}</text>`;
+    const b = ymin * Math.pow(ymax / ymin, k / 4);
+    out += `<text x="${L - 6}" y="${py(b) + 4}" font-size="11" text-anchor="end">${(b / GiB).toFixed(b < 10 * GiB ? 1 : 0)}</text>`;
   }
   if (usable) out += `<line x1="${L}" x2="${W - R}" y1="${py(usable)}" y2="${py(usable)}" stroke="#b3261e" stroke-dasharray="6 4"/>` +
                      `<text x="${W - R}" y="${py(usable) - 4}" font-size="11" text-anchor="end" fill="#b3261e">usable ${gib(usable)}</text>`;
@@ -143,18 +144,24 @@ function show(data) {
   $("assumptions").innerHTML = data.assumptions.map((a) => `<li>${esc(a)}</li>`).join("");
 }
 
+let latest = 0;   // answers to an older request than the latest are dropped: they would show the wrong run
+
 async function run(event) {
   if (event) event.preventDefault();
+  const id = ++latest;
   $("error").hidden = true;
   document.body.dataset.ready = "";
   try {
     const o = options();
     const data = await post("/api/estimate", o);
+    if (id !== latest) return;
     show(data);
     const curve = await post("/api/curve", o);
+    if (id !== latest) return;
     drawCurve(curve, data.verdict ? data.verdict.usable_bytes : 0);
     document.body.dataset.ready = "1";
   } catch (err) {
+    if (id !== latest) return;
     // An old answer next to a new error would be read as the answer to the new request.
     $("result").hidden = true;
     ["breakdown", "curve", "suggestions", "warnings", "assumptions"].forEach((id) => { $(id).innerHTML = ""; });
