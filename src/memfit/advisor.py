@@ -212,7 +212,8 @@ def _more_gpus(spec, setup, hardware) -> _Candidate | None:
     for gpus in (2, 4, 8):
         for ckpt in dict.fromkeys((setup.grad_ckpt, True)):
             for shard, offload in (("zero2", "none"), ("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer")):
-                candidate = setup.replace(gpus=gpus, shard=shard, offload=offload, grad_ckpt=ckpt)
+                candidate = setup.replace(gpus=gpus, shard=shard, offload=None if offload == "none" else offload,
+                                          grad_ckpt=ckpt)
                 est = estimate(spec, candidate)
                 if verdict(est, hardware).status == "fits":
                     keys = {"more-gpus"} | ({"grad-ckpt"} if ckpt != setup.grad_ckpt else set())
