@@ -142,7 +142,7 @@ def test_the_python_api_resolves_recipes_as_every_face_does(method, recipe):
     r = RECIPES[recipe]
     for name in ("precision", "optimizer", "grad_ckpt", "attn", "quant"):
         assert getattr(direct, name) == r.default(name, method), name
-    assert direct.explicit == {"method"}
+    assert direct.explicit == {"recipe", "method"}
     # A field set and then changed keeps what was set; the rest follow the recipe for the new method.
     assert TrainingSetup(recipe=recipe, method="lora").replace(method=method) == direct
 

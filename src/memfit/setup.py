@@ -27,7 +27,7 @@ _SHARDED = ("zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 class TrainingSetup:
     """One training run's setup. Sizes: ``batch_size`` sequences per GPU per micro-batch, ``seq_len`` tokens."""
 
-    recipe: str = "hf"                          # whose defaults fill the rest (recipes.py)
+    recipe: str | None = None                   # whose defaults fill the rest (recipes.py); None: hf
     method: str | None = None                   # full | lora | qlora
     batch_size: int | None = None               # sequences per micro-batch per GPU
     seq_len: int | None = None                  # tokens per sequence (the max length: no padding assumed)
@@ -89,7 +89,7 @@ class TrainingSetup:
             values["shard"] = "ddp" if values["gpus"] * values["nodes"] > 1 else "none"
         for name, value in values.items():
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "explicit", frozenset(given) - {"recipe"})
+        object.__setattr__(self, "explicit", frozenset(given))
         problems = self.problems()
         if problems:
             raise InvalidSetupError(problems)
@@ -158,7 +158,7 @@ class TrainingSetup:
         out = {name: getattr(self, name) for name in SETUP_FIELDS if name in self.explicit}
         if self.recipe != "hf":
             out["recipe"] = self.recipe
-        return out
+        return {name: out[name] for name in SETUP_FIELDS if name in out}
 
     def shape_free_key(self) -> tuple:
         """Every field except batch size and length: what the token-independent parts of an estimate depend on."""
