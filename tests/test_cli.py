@@ -215,3 +215,15 @@ def test_past_the_context_is_a_warning(capsys, tmp_path):
     code, out, _ = run(capsys, "estimate", str(path), "--seq-len", "4096", "--format", "json")
     warnings = {w["code"]: w["message"] for w in json.loads(out)["warnings"]}
     assert code == 0 and "past" in warnings["past-context"] and "1024" in warnings["past-context"]
+
+
+def test_readme_flag_reference_is_the_options_table():
+    """No option is spelled out by hand: the README's flag lists are what options.flag_reference() prints."""
+    from pathlib import Path
+
+    from memfit.options import flag_reference
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for group in ("setup", "hardware"):
+        block = readme.split(f"<!-- flags:{group} -->\n```\n", 1)[1].split("\n```", 1)[0]
+        assert block == flag_reference(group), group

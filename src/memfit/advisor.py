@@ -277,7 +277,6 @@ _WORDS = {"grad_ckpt": lambda v: "gradient checkpointing" if v else "no gradient
           "optimizer": lambda v: f"optimizer {v}",
           "seq_len": lambda v: f"max length {v}",
           "method": lambda v: {"qlora": "QLoRA", "lora": "LoRA", "full": "full fine-tuning"}[v],
-          "gpus": lambda v: f"{v} GPUs", "shard": lambda v: f"{v}", "offload": lambda v: f"{v} offload",
           "ckpt_offload": lambda v: "checkpoints offloaded" if v else "checkpoints on the GPU"}
 
 
@@ -286,9 +285,14 @@ def _suggestion(c: _Candidate, spec, setup, base, hardware, command_for, model_r
     words = []
     if "batch_size" in changes:
         words.append(f"micro-batch {c.setup.batch_size} x accumulation {c.setup.grad_accum}")
-    words += [_WORDS[k](v) for k, v in changes.items() if k in _WORDS and (k != "offload" or v != "none")]
+    if "gpus" in changes:
+        s = c.setup
+        words.append(f"{s.world_size} GPUs with {s.shard}" + (f" ({s.offload} offloaded)" if s.offload != "none"
+                                                               else ""))
+    words += [_WORDS[k](v) for k, v in changes.items() if k in _WORDS and k not in ("gpus", "shard", "offload")]
     words += [f"{k.replace('_', ' ')} {v}" for k, v in changes.items()
-              if k not in _WORDS and k not in ("batch_size", "grad_accum", "lora_targets", "quant")]
+              if k not in _WORDS and k not in ("batch_size", "grad_accum", "lora_targets", "quant", "gpus", "nodes",
+                                               "shard", "offload")]
     if c.spec is not spec:
         changes["model"] = c.spec.name
         words.append(f"smaller model {c.spec.name}")
@@ -310,7 +314,8 @@ def _changed(before: TrainingSetup, after: TrainingSetup) -> list[str]:
 
 def _length_cost(length: int, dataset, floor: int) -> str:
     if dataset is None:
-        return f"max length {length}: without a dataset memfit assumes examples of {TYPICAL_LENGTH_FLOOR}+ tokens"
+        return (f"without --dataset memfit cannot tell how many examples are longer than {length} (it never goes "
+                f"below {TYPICAL_LENGTH_FLOOR} tokens unless nothing else fits)")
     cut = sum(n for a, b, n in dataset.histogram if a > length)
     covered = "still covered" if length >= dataset.p99 else "cut"
     return (f"p99 of your dataset is {dataset.p99} tokens ({covered}); about {cut / dataset.count:.0%} of "

@@ -94,7 +94,7 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            tool_keys=_keys(axolotl="sequence_len", llamafactory="cutoff_len", torchtune="tokenizer.max_seq_len",
                            trl="max_length", mlx="max_seq_length")),
     Option("grad_accum", "int", "gradient accumulation steps (the effective batch is batch x accumulation)",
-           default=1, unit="micro-batches", minimum=1, maximum=1 << 20,
+           default=1, minimum=1, maximum=1 << 20,
            # mlx-lm 0.32.2 mlx_lm/lora.py CONFIG_DEFAULTS: grad_accumulation_steps
            tool_keys=_keys(axolotl=_ACCUM, llamafactory=_ACCUM, torchtune=_ACCUM, trl=_ACCUM,
                            mlx="grad_accumulation_steps")),
@@ -138,8 +138,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("kbit_upcast", "bool", "peft prepare_model_for_kbit_training's fp32 upcast of norms, embeddings and "
            "lm_head (TRL < 0.22 called it)", default=False, methods=("qlora",)),
     Option("padding", "bool", "batches carry a padding mask (not packed)", default=False),
-    Option("gpus", "int", "GPUs per node", default=1, unit="GPUs", minimum=1, maximum=1 << 16),
-    Option("nodes", "int", "nodes", default=1, unit="nodes", minimum=1, maximum=4096),
+    Option("gpus", "int", "GPUs per node", default=1, minimum=1, maximum=1 << 16),
+    Option("nodes", "int", "nodes (machines), each with --gpus GPUs", default=1, minimum=1, maximum=4096),
     Option("shard", "choice", "data-parallel layout; with more than one GPU, none means replicas (ddp)",
            choices=SHARDS),
     Option("offload", "choice", "ZeRO / FSDP CPU offload", default="none", choices=OFFLOADS),
@@ -290,19 +290,34 @@ def values_from_args(args: argparse.Namespace, names: tuple[str, ...]) -> dict:
 
 
 # ---- generated faces ------------------------------------------------------------------------------------------
-def _help(option: Option, recipe_note: bool) -> str:
+def _help(option: Option) -> str:
     text = option.help
-    if option.kind == "choice" and option.name != "optimizer":
-        text += f": {'|'.join(option.choices)}"
-    elif option.name == "optimizer":
+    if option.kind == "choice":
         text += f": {'|'.join(option.choices)}"
     if option.unit:
         text += f" ({option.unit})"
     if option.methods:
         text += f"; only with method {' or '.join(option.methods)}"
-    if recipe_note and option.group == "setup":
-        text += "; default: the recipe's" if option.default is None or option.name not in ("recipe",) else ""
     return text
+
+
+def flag_reference(group: str = "setup") -> str:
+    """The README's flag reference for a group, one line an option (a test keeps the README equal to it)."""
+    lines = []
+    for option in SETUP_OPTIONS + REQUEST_OPTIONS:
+        if option.group != group:
+            continue
+        if option.kind == "bool":
+            words = f"{option.cli_flag} / --no-{option.cli_flag[2:]}"
+        elif option.kind == "choice":
+            words = f"{option.cli_flag} {'|'.join(option.choices)}"
+        else:
+            words = f"{option.cli_flag} {option.name.upper()}"
+        help_text = option.help + (f" ({option.unit})" if option.unit else "")
+        if option.methods:
+            help_text += f"; only with method {' or '.join(option.methods)}"
+        lines.append(f"{words}\n    {help_text}")
+    return "\n".join(lines)
 
 
 def add_options(parser: argparse.ArgumentParser, group: str, names: tuple[str, ...] | None = None) -> None:
@@ -316,10 +331,10 @@ def add_options(parser: argparse.ArgumentParser, group: str, names: tuple[str, .
             continue
         if option.kind == "bool":
             g.add_argument(option.cli_flag, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
-                           help=_help(option, True))
+                           help=_help(option))
         else:
             g.add_argument(option.cli_flag, dest=option.name, default=None, metavar=option.name.upper(),
-                           help=_help(option, True))
+                           help=_help(option))
 
 
 def json_schema() -> dict:

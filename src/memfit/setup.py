@@ -143,8 +143,7 @@ class TrainingSetup:
     def replace(self, **changes) -> "TrainingSetup":
         """A new setup with `changes` set (None: back to the recipe's default); the fields not set explicitly
         are resolved again, so they follow the recipe for the new method."""
-        values = {name: getattr(self, name) for name in self.explicit}
-        values["recipe"] = self.recipe
+        values = {name: getattr(self, name) for name in self.explicit}   # the recipe too, when it was set
         values.update(changes)
         return TrainingSetup(**values)
 

@@ -133,7 +133,8 @@ def render_report(report) -> str:
         tail = (f"\nhost RAM: {_VERDICT_WORDS[h.status]}: offload needs {gib(h.needed_bytes)} of "
                 f"{gib(h.usable_bytes)} usable (3/4 of {gib(h.ram_bytes)}: the OS, data loading and the framework "
                 f"keep the rest)")
-    return head + render_estimate(r.estimate, r.verdict) + tail + render_advice(r.suggestions, r.warnings)
+    advice = render_advice(r.suggestions, r.warnings)
+    return head + render_estimate(r.estimate, r.verdict) + tail + ("\n" + advice if advice else "")
 
 
 def render_max(result, hardware) -> str:
