@@ -304,3 +304,43 @@ def test_fsdp2_per_gpu_peak_matches_pytorchs_fsdp_tracker(world, ckpt):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["estimate"] == pytest.approx(result["tracker"], rel=0.03)
+
+
+def test_fsdp2_qlora_gathers_nf4_as_stored():
+    """torchao's NF4Tensor all-gathers its packed NF4 data and scalers (fsdp_pre_all_gather), so the two decoder
+    layers in flight in a 405B QLoRA cost NF4 bytes, not bf16: 0.5 B per linear weight plus the block
+    constants, next to the bf16 root (embeddings, final norm, lm_head) that stays gathered."""
+    from memfit.spec import ModelSpec
+
+    # meta-llama/Llama-3.1-405B config.json
+    spec = ModelSpec.from_hf_config(dict(model_type="llama", hidden_size=16384, intermediate_size=53248,
+                                         num_hidden_layers=126, num_attention_heads=128, num_key_value_heads=8,
+                                         vocab_size=128256, tie_word_embeddings=False, torch_dtype="bfloat16"),
+                                    name="llama-3.1-405b", source="test")
+    setup = TrainingSetup.from_recipe("torchtune", method="qlora", gpus=8, shard="fsdp", batch_size=1)
+    parts = _static_parts(spec, setup)["sharded"]
+    h, i, kv = spec.hidden_size, spec.intermediate_size, spec.kv_dim
+    linear = 2 * h * h + 2 * h * kv + 3 * h * i                 # q, o, k, v, gate, up, down of one layer
+    root = 2 * spec.vocab_size * h + h                            # untied embedding and lm_head, final norm
+    layer_nf4 = linear / 2 * (1 + 2 / 64)                         # 4-bit data + absmax constants (< 1/32 of it)
+    assert parts["gathered_busy"] == pytest.approx(2 * root + 2 * layer_nf4, rel=0.01)
+    assert parts["gathered_busy"] - 2 * root < 2 * linear         # two NF4 layers: less than one bf16 layer
+
+
+def test_litgpt_fsdp1_accumulation_keeps_unsharded_block_gradients():
+    """lit-gpt's FSDP runs accumulate under fabric.no_backward_sync = FSDP1 no_sync(): every unit's unsharded
+    gradient stays; with use_orig_params=True a block holding LoRA adapters gets gradients for all its weights.
+    lit-gpt@0cc02afa's resource table: Llama-2-7B LoRA on 2 GPUs peaks at 22.18 GB, about its 16-bit model
+    (13.5 GB) plus the blocks' gradients (13.0 GB) over two GPUs for the weights only."""
+    spec = load_model("llama-2-7b")
+    kw = dict(method="lora", gpus=2, shard="fsdp", grad_ckpt=True, seq_len=1304)
+    accum = _static_parts(spec, TrainingSetup.from_recipe("litgpt", grad_accum=128, **kw))["sharded"]
+    from memfit.params import count_params
+
+    blocks = spec.num_layers * count_params(spec).per_layer
+    assert accum["grads"] == pytest.approx(2 * blocks, rel=0.01)
+    once = _static_parts(spec, TrainingSetup.from_recipe("litgpt", grad_accum=1, **kw))["sharded"]
+    assert once["grads"] < 2 * blocks / 1000                      # no accumulation: LoRA gradients, sharded
+    est = estimate(spec, TrainingSetup.from_recipe("litgpt", grad_accum=128, **kw))
+    assert est.peak_allocated_bytes == pytest.approx(22.18e9, rel=0.05)
+    assert any("no_sync()" in a for a in est.assumptions)
