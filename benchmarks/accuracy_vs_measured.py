@@ -21,13 +21,32 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from memfit import TrainingSetup, estimate  # noqa: E402
+from memfit.errors import MemfitError  # noqa: E402
 from memfit.setup import parse_targets  # noqa: E402
 from memfit.spec import ModelSpec  # noqa: E402
 
 DEFAULT_CSV = ROOT.parent / "shared" / "calibration" / "measured.csv"
 RESULTS = ROOT / "benchmarks" / "results" / "accuracy_vs_measured.json"
 COUNTER_ATTR = {"allocated": "peak_allocated_bytes", "reserved": "peak_reserved_bytes", "nvml": "device_bytes"}
-RECIPE_OF = {"litgpt": "litgpt", "peft-custom": "hf", "hf": "hf", "plain-torch": "pytorch"}
+RECIPE_OF = {"litgpt": "litgpt", "peft-custom": "hf", "hf": "hf", "plain-torch": "pytorch", "torchtune": "torchtune",
+             "qwen-hf": "hf"}  # Qwen finetune.py is the HF Trainer (with DeepSpeed)
+
+
+# Gradient accumulation of the litgpt FSDP rows, from the scripts and configs that produced them (the CSV has no
+# column for it; it decides whether FSDP1's no_sync() keeps unsharded gradients, physics/sharding.py).
+# LG-28..38: lit-gpt@0cc02afa finetune/lora.py:40-42, batch_size 128, gradient_accumulation_iters =
+# batch_size // micro_batch_size. LGC: litgpt config_hub/finetune/<model>/full.yaml (litgpt@26857050),
+# global_batch_size // (devices * micro_batch_size) (litgpt/args.py:56-64).
+LITGPT_FSDP_GRAD_ACCUM = {"LGC-03": 16 // (4 * 1), "LGC-12": 64 // (4 * 4), "LGC-15": 64 // (4 * 4),
+                          "LGC-27": 8 // (2 * 4), "LGC-33": 8 // (2 * 1)}
+
+
+def litgpt_fsdp_grad_accum(row: dict) -> int:
+    if row["framework"] != "litgpt" or row["shard"] != "fsdp":
+        return 1
+    if row["group"] == "LG":
+        return 128 // int(row["micro_batch"])
+    return LITGPT_FSDP_GRAD_ACCUM.get(row["id"], 1)
 
 
 class Unexpressible(Exception):
@@ -72,11 +91,14 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         raise Unexpressible(f"quantization {row['quant']} is not modelled")
     if "compile" in row["notes"] or "compiled" in row["notes"]:
         raise Unexpressible("torch.compile fuses kernels and frees intermediates memfit counts: not modelled")
+    if row["framework"] not in RECIPE_OF:
+        raise Unexpressible(f"framework {row['framework']} has no memfit recipe")
     recipe = RECIPE_OF[row["framework"]]
     kw = dict(method=row["method"], batch_size=int(row["micro_batch"]), seq_len=int(row["seq_len"]),
               precision=row["precision"], optimizer=row["optimizer"], grad_ckpt=row["grad_ckpt"] == "1",
               attn=row["attn"], chunked_ce=row["chunked_ce"] == "1",
-              optimizer_in_backward=row["optimizer_in_backward"] == "1", gpus=gpus, shard=shard)
+              optimizer_in_backward=row["optimizer_in_backward"] == "1", gpus=gpus, shard=shard,
+              grad_accum=litgpt_fsdp_grad_accum(row))
     if row["method"] in ("lora", "qlora"):
         targets = row["lora_targets"]
         if "head" in targets:
@@ -98,7 +120,7 @@ def evaluate(rows: list[dict]) -> dict:
         try:
             setup, notes = row_setup(row)
             est = estimate(row_spec(row), setup)
-        except Unexpressible as exc:
+        except (Unexpressible, MemfitError) as exc:
             skipped.append({"id": row["id"], "reason": str(exc)})
             continue
         measured = int(row["peak_bytes"])

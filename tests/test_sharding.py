@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from memfit import TrainingSetup, estimate, load_model
 from memfit.estimator import _static_parts
-from memfit.physics.sharding import largest_layer_params, model_state_bytes
+from memfit.physics.sharding import DS_SUB_GROUP_SIZE, largest_layer_params, model_state_bytes
 
 SHARDS = ["ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op"]
 MODELS = ["llama-3.1-8b", "qwen2.5-7b", "gemma-2-9b", "mixtral-8x7b", "phi-3-mini-4k", "llama-3.2-1b"]
@@ -36,8 +36,9 @@ def test_sharding_saves_against_one_gpu():
     assert ddp.component("communication buffers") == 2 * spec.params
 
 
-def _states(spec, **kw):
-    setup = TrainingSetup(method="full", precision="bf16", optimizer="adamw", **kw)
+def _states(spec, optimizer="adamw-fused", **kw):
+    # DeepSpeed's estimators assume its FusedAdam: no step temporaries besides the fp32 gradient.
+    setup = TrainingSetup(method="full", precision="bf16", optimizer=optimizer, **kw)
     return model_state_bytes(_static_parts(spec, setup)["sharded"])
 
 
@@ -65,8 +66,11 @@ def test_zero2_equals_deepspeed(model, gpus, nodes):
 
 
 @pytest.mark.parametrize("model", MODELS)
-@pytest.mark.parametrize("gpus,nodes", [(1, 1), (4, 1), (8, 2)])
-def test_zero3_equals_deepspeed(model, gpus, nodes):
+@pytest.mark.parametrize("gpus,nodes", [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2)])
+def test_zero3_within_deepspeed(model, gpus, nodes):
+    """Within 10% of DeepSpeed's estimator wherever its formula applies: the estimator counts the fp32 gradient of
+    the whole partition, while stage3.py steps sub-groups of at most sub_group_size (1e9) elements, so beyond that
+    memfit is lower by design; with offload both are exact."""
     _ds()
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
 
@@ -76,11 +80,123 @@ def test_zero3_equals_deepspeed(model, gpus, nodes):
         cpu, gpu, _ = estimate_zero3_model_states_mem_needs(spec.params, largest_layer_params(spec), gpus, nodes,
                                                             cpu_offload=offload, cpu_offload_params=offload_params)
         ours = _states(spec, gpus=gpus, nodes=nodes, shard="zero3", offload=ours_offload)
-        assert ours == pytest.approx(gpu, rel=0.01)
+        partition = spec.params / (gpus * nodes)
+        if offload or partition <= DS_SUB_GROUP_SIZE:
+            assert ours == pytest.approx(gpu, rel=0.01 if offload else 0.10)
+        else:
+            # the 16 B per partition element that persist (16-bit param and grad, fp32 master, Adam moments) plus
+            # at most one sub-group's fp32 gradient
+            assert 16 * partition < ours <= 16 * partition + 4 * max(DS_SUB_GROUP_SIZE, largest_layer_params(spec))
+            assert ours < gpu * 1.10
         host = estimate(spec, TrainingSetup(method="full", gpus=gpus, nodes=nodes, shard="zero3",
                                             offload=ours_offload)).host_bytes
         if offload:
             assert host == pytest.approx(cpu, rel=0.01)
+
+
+def _deepspeed_table_gib(printer, *args, **kw):
+    """Per-GPU GiB of the no-offload, zero_init=1 row of DeepSpeed's printed estimate table."""
+    import contextlib
+    import io
+    import re
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        printer(*args, **kw)
+    for line in out.getvalue().splitlines():
+        if "offload_param=none" in line and "offload_optimizer=none" in line and "zero_init=1" in line:
+            return float(re.findall(r"([\d.]+)GB", line)[1])
+    raise AssertionError(out.getvalue())
+
+
+def test_zero3_llama_3_1_8b_on_8_gpus_matches_deepspeeds_cold_estimate():
+    _ds()
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs_all_cold
+
+    spec = load_model("llama-3.1-8b")
+    theirs = _deepspeed_table_gib(estimate_zero3_model_states_mem_needs_all_cold, spec.params,
+                                  largest_layer_params(spec), num_gpus_per_node=8)
+    assert theirs == pytest.approx(18.78, abs=0.01)          # the figure DeepSpeed prints
+    ours = _states(spec, gpus=8, shard="zero3") / 2**30
+    assert ours == pytest.approx(theirs, rel=0.10)
+    # and the estimate's own optimizer-step phase carries the same model states (no autocast copies, no fp32 weights)
+    est = estimate(spec, TrainingSetup(method="full", precision="bf16", optimizer="adamw-fused", gpus=8,
+                                       shard="zero3"))
+    assert est.component("autocast weight copies") == 0
+    assert dict(est.phases)["optimizer step"] / 2**30 < theirs * 1.10
+
+
+def test_zero3_matches_deepspeeds_live_estimate_on_a_real_model():
+    _ds()
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs_all_live
+
+    from memfit.spec import ModelSpec
+
+    config = dict(model_type="llama", hidden_size=512, intermediate_size=1376, num_hidden_layers=6,
+                  num_attention_heads=8, num_key_value_heads=4, vocab_size=8192, tie_word_embeddings=False)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config),
+                                                          dtype=torch.bfloat16)
+    theirs = _deepspeed_table_gib(estimate_zero3_model_states_mem_needs_all_live, model, num_gpus_per_node=4)
+    spec = ModelSpec.from_hf_config(config, name="tiny", source="test")
+    assert spec.params == sum(p.numel() for p in model.parameters())
+    assert _states(spec, gpus=4, shard="zero3") / 2**30 == pytest.approx(theirs, rel=0.10)
+
+
+def test_zero_keeps_the_users_optimizer_on_the_fp32_partition():
+    """DeepSpeed wraps the client optimizer around its fp32 master partition: SGD keeps 4 B of momentum per
+    element there, AdamW 8 B; 8-bit AdamW 2 B + an fp32 absmax per 256; a flat partition is never factored, so
+    Adafactor keeps a full fp32 second moment."""
+    spec = load_model("llama-3.2-1b")
+
+    def opt_state(optimizer, gpus=2):
+        setup = TrainingSetup(method="full", optimizer=optimizer, gpus=gpus, shard="zero3")
+        return _static_parts(spec, setup)["sharded"]["opt"]
+
+    part = -(-spec.params // 2)
+    assert opt_state("sgd") == 4 * part
+    assert opt_state("adamw-fused") == 8 * part
+    assert opt_state("adamw-8bit") == 2 * part + 8 * -(-part // 256)
+    assert opt_state("adafactor") == 4 * part
+    est = estimate(spec, TrainingSetup(method="full", optimizer="sgd", gpus=2, shard="zero3"))
+    assert any("keeps the sgd optimizer" in a for a in est.assumptions)
+    assert not any("Adam" in a for a in est.assumptions if "zero3" in a)
+
+
+def test_zero3_sgd_per_gpu_falls_from_one_to_two_gpus():
+    spec = load_model("llama-3.2-1b")
+    per_gpu = {n: estimate(spec, TrainingSetup(method="full", optimizer="sgd", gpus=n, shard="zero3")).device_bytes
+               for n in (1, 2)}
+    assert per_gpu[2] < per_gpu[1]
+    adam2 = estimate(spec, TrainingSetup(method="full", optimizer="adamw-fused", gpus=2, shard="zero3"))
+    # SGD's momentum is half of AdamW's two moments on the same fp32 partition.
+    assert adam2.component("optimizer state") == 2 * estimate(
+        spec, TrainingSetup(method="full", optimizer="sgd", gpus=2, shard="zero3")).component("optimizer state")
+
+
+def test_zero_runs_16_bit_without_autocast():
+    """bf16-mixed (fp32 weights + autocast on one GPU) under ZeRO is DeepSpeed's bf16 engine: 16-bit weights, no
+    autocast weight copies, an fp32 master partition instead."""
+    spec = load_model("llama-2-70b")
+    setup = TrainingSetup(method="lora", precision="bf16-mixed", lora_targets=("q", "k", "v", "o", "gate", "up", "down"),
+                          gpus=8, shard="zero3", grad_ckpt=True)
+    est = estimate(spec, setup)
+    assert est.component("autocast weight copies") == 0
+    assert est.component("weights") == pytest.approx(2 * spec.params / 8, rel=0.01)
+    lora = _static_parts(spec, setup)["trainable_params"]
+    assert est.component("master weights") == 4 * -(-lora // 8)
+    assert est.component("adapter weights") == 2 * -(-lora // 8)
+
+
+def test_zero3_qlora_keeps_quant_constants_and_gathers_packed_data():
+    spec = load_model("llama-3.1-8b")
+    one = _static_parts(spec, TrainingSetup(method="qlora", gpus=1))
+    z3 = _static_parts(spec, TrainingSetup(method="qlora", gpus=4, shard="zero3"))["sharded"]
+    assert z3["quant"] == one["quant"] > 0          # quant_state is not a parameter: ZeRO-3 leaves it whole
+    assert z3["weights"] == -(-one["weights"] // 4)
+    # the largest module is the bf16 lm_head, not a 4-bit linear counted as if it were 16-bit
+    assert z3["gathered"] == 2 * spec.vocab_size * spec.hidden_size
 
 
 @pytest.mark.parametrize("model", ["llama-3.2-1b", "qwen2.5-0.5b", "gemma-2-2b", "phi-2"])
@@ -118,6 +234,8 @@ def test_deepspeed_config_loads_in_deepspeed(model, kw):
     assert cfg.train_micro_batch_size_per_gpu == setup.batch_size
     assert cfg.gradient_accumulation_steps == setup.grad_accum
     assert cfg.zero_config.offload_optimizer is not None if setup.offload != "none" else True
+    # offload needs DeepSpeed's CPU Adam; otherwise HF Trainer's optimizer (the user's) is kept
+    assert (cfg.optimizer_name == "adamw") == (setup.offload != "none")
 
 
 @pytest.mark.parametrize("model,shard,nodes", [("llama-3.1-8b", "fsdp", 1), ("qwen3-8b", "fsdp-shard-grad-op", 1),
@@ -186,3 +304,43 @@ def test_fsdp2_per_gpu_peak_matches_pytorchs_fsdp_tracker(world, ckpt):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["estimate"] == pytest.approx(result["tracker"], rel=0.03)
+
+
+def test_fsdp2_qlora_gathers_nf4_as_stored():
+    """torchao's NF4Tensor all-gathers its packed NF4 data and scalers (fsdp_pre_all_gather), so the two decoder
+    layers in flight in a 405B QLoRA cost NF4 bytes, not bf16: 0.5 B per linear weight plus the block
+    constants, next to the bf16 root (embeddings, final norm, lm_head) that stays gathered."""
+    from memfit.spec import ModelSpec
+
+    # meta-llama/Llama-3.1-405B config.json
+    spec = ModelSpec.from_hf_config(dict(model_type="llama", hidden_size=16384, intermediate_size=53248,
+                                         num_hidden_layers=126, num_attention_heads=128, num_key_value_heads=8,
+                                         vocab_size=128256, tie_word_embeddings=False, torch_dtype="bfloat16"),
+                                    name="llama-3.1-405b", source="test")
+    setup = TrainingSetup.from_recipe("torchtune", method="qlora", gpus=8, shard="fsdp", batch_size=1)
+    parts = _static_parts(spec, setup)["sharded"]
+    h, i, kv = spec.hidden_size, spec.intermediate_size, spec.kv_dim
+    linear = 2 * h * h + 2 * h * kv + 3 * h * i                 # q, o, k, v, gate, up, down of one layer
+    root = 2 * spec.vocab_size * h + h                            # untied embedding and lm_head, final norm
+    layer_nf4 = linear / 2 * (1 + 2 / 64)                         # 4-bit data + absmax constants (< 1/32 of it)
+    assert parts["gathered_busy"] == pytest.approx(2 * root + 2 * layer_nf4, rel=0.01)
+    assert parts["gathered_busy"] - 2 * root < 2 * linear         # two NF4 layers: less than one bf16 layer
+
+
+def test_litgpt_fsdp1_accumulation_keeps_unsharded_block_gradients():
+    """lit-gpt's FSDP runs accumulate under fabric.no_backward_sync = FSDP1 no_sync(): every unit's unsharded
+    gradient stays; with use_orig_params=True a block holding LoRA adapters gets gradients for all its weights.
+    lit-gpt@0cc02afa's resource table: Llama-2-7B LoRA on 2 GPUs peaks at 22.18 GB, about its 16-bit model
+    (13.5 GB) plus the blocks' gradients (13.0 GB) over two GPUs for the weights only."""
+    spec = load_model("llama-2-7b")
+    kw = dict(method="lora", gpus=2, shard="fsdp", grad_ckpt=True, seq_len=1304)
+    accum = _static_parts(spec, TrainingSetup.from_recipe("litgpt", grad_accum=128, **kw))["sharded"]
+    from memfit.params import count_params
+
+    blocks = spec.num_layers * count_params(spec).per_layer
+    assert accum["grads"] == pytest.approx(2 * blocks, rel=0.01)
+    once = _static_parts(spec, TrainingSetup.from_recipe("litgpt", grad_accum=1, **kw))["sharded"]
+    assert once["grads"] < 2 * blocks / 1000                      # no accumulation: LoRA gradients, sharded
+    est = estimate(spec, TrainingSetup.from_recipe("litgpt", grad_accum=128, **kw))
+    assert est.peak_allocated_bytes == pytest.approx(22.18e9, rel=0.05)
+    assert any("no_sync()" in a for a in est.assumptions)

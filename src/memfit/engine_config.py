@@ -47,7 +47,7 @@ def deepspeed_config(spec: ModelSpec, setup: TrainingSetup) -> dict:
     if setup.offload == "optimizer+params":
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     # train_batch_size is left for DeepSpeed to derive (micro batch x accumulation x world size at launch).
-    return {
+    config = {
         "train_micro_batch_size_per_gpu": setup.batch_size,
         "gradient_accumulation_steps": setup.grad_accum,
         "gradient_clipping": 1.0,
@@ -55,6 +55,13 @@ def deepspeed_config(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "fp16": {"enabled": fp16},
         "zero_optimization": zero,
     }
+    if setup.offload != "none":
+        # ZeRO-Offload rejects a client (torch) optimizer unless zero_force_ds_cpu_optimizer is false (deepspeed
+        # 0.19.8 runtime/engine.py _configure_optimizer): name AdamW so DeepSpeed builds its CPU Adam. Without
+        # offload there is no "optimizer" section and HF Trainer's own optimizer (the --optimizer) is kept.
+        config["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                                           "weight_decay": "auto"}}
+    return config
 
 
 def accelerate_fsdp_config(spec: ModelSpec, setup: TrainingSetup) -> dict:

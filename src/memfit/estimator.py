@@ -96,7 +96,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         peak_phase=peak_phase, phases=tuple(totals.items()),
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
         range_low_bytes=low, range_high_bytes=high,
-        paged_bytes=static["paged"], download_bytes=static["download"], assumptions=static["assumptions"],
+        paged_bytes=static["sharded"]["paged"], download_bytes=static["download"], assumptions=static["assumptions"],
         extra={"expected_error": band} if band else {}, host_bytes=static["sharded"]["host"],
     )
 
@@ -185,6 +185,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "communication buffers": "DDP gradient buckets, or one layer's unsharded gradient for reduce-scatter",
     }
     static["sharded"] = sharding.apply(static, spec, setup, stack)
+    static["notes"].update(sharding.notes(setup, stack))
     band = error_band(setup.method)
     static["error_band"] = band
     static["assumptions"] = tuple(_assumptions(spec, setup, stack, static)) + ((
@@ -215,7 +216,8 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
              "master weights": p["master"], "optimizer state": p["opt"],
              "gathered parameters": p["gathered"], "communication buffers": persistent_comm,
              "cuBLAS workspace": CUBLAS_WORKSPACE_BYTES}
-    accum_grads = p["grads"] if setup.grad_accum > 1 else 0   # grads persist across micro-batches
+    # Grads persist across micro-batches; ZeRO-3's gradient partition buffer lives from the engine's start.
+    accum_grads = p["grads"] if setup.grad_accum > 1 or p.get("grads_persistent") else 0
     loss = p["loss"]
     if setup.grad_ckpt:
         saved_layers = {"checkpoints": spec.num_layers * p["ckpt"]}
@@ -263,7 +265,9 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
         extra = p["tied_grad_extra"] if spec.tied_embeddings else 0
         phases["embedding backward"] = {**state, "gradients": p["grads"],
                                         "backward temporaries": extra + p["grad_hidden"]}
-    phases["optimizer step"] = {**state, "gradients": p["grads"],
+    # ZeRO-3 releases every gathered parameter after backward: nothing is gathered in the step.
+    phases["optimizer step"] = {**state, "gathered parameters": p.get("gathered_step", p["gathered"]),
+                                "gradients": p["grads"],
                                 "optimizer step temporaries": p["step_temp"]}
     return phases
 
@@ -290,8 +294,8 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
         out.append("bitsandbytes >= 0.43.2: 4-bit linears save no input activation"
                    + ("; prepare_model_for_kbit_training upcasts norms, embeddings and lm_head to fp32"
                       if setup.kbit_upcast else "; no fp32 upcast of norms/embeddings (TRL >= 0.22)"))
-    if p["paged"]:
-        out.append(f"{p['paged'] / 2**30:.2f} GiB of paged optimizer state lives in CUDA managed memory: not in "
+    if p["sharded"]["paged"]:
+        out.append(f"{p['sharded']['paged'] / 2**30:.2f} GiB of paged optimizer state lives in CUDA managed memory: not in "
                    "torch's counters, evicted to host RAM under pressure")
     out.append("no padding in batches (packed or equal-length); steady-state step (iteration >= 2)"
                if not setup.padding else "batches padded: a [b,1,s,s] mask and repeated K/V in SDPA")
@@ -300,11 +304,7 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
     if setup.grad_accum > 1:
         out.append(f"gradient accumulation {setup.grad_accum}: gradients stay allocated between micro-batches")
     if setup.shard != "none":
-        where = f"{setup.world_size} GPUs" + (f" on {setup.nodes} nodes" if setup.nodes > 1 else "")
-        out.append(f"per-GPU figures: {setup.shard} over {where}, state sharded {setup.shard_degree} ways"
-                   + (f", {setup.offload} offloaded to CPU" if setup.offload != "none" else "")
-                   + ("; DeepSpeed's mixed-precision Adam (fp32 master, grads and moments)"
-                      if setup.shard.startswith("zero") else ""))
+        out.append(sharding.assumption(setup, stack))
     return out
 
 

@@ -63,6 +63,18 @@ def resolve_precision(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, str |
     return ckpt, f"precision auto: weights load in the checkpoint dtype ({ckpt})"
 
 
+def deepspeed_param_dtype(setup: TrainingSetup) -> str:
+    """The dtype DeepSpeed's engine holds parameters in under ZeRO ("" when not ZeRO or when fp32).
+
+    The config memfit writes (engine_config.deepspeed_config) and HF Trainer's "auto" both enable bf16 unless the
+    precision is fp16/fp16-mixed (then fp16) or fp32 (neither). With either enabled the engine casts the module's
+    parameters, frozen ones included, to that dtype (deepspeed 0.19.8 runtime/engine.py:2080-2088), or zero.Init
+    creates them in it (HF from_pretrained under ZeRO-3)."""
+    if not setup.shard.startswith("zero") or setup.precision == "fp32":
+        return ""
+    return "fp16" if setup.precision.startswith("fp16") else "bf16"
+
+
 def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     recipe = get_recipe(setup.recipe)
     precision, note = resolve_precision(spec, setup)
@@ -79,11 +91,23 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     autocast = mixed or (setup.precision == "auto" and setup.autocast and precision in ("bf16", "fp16"))
     if setup.method == "qlora":
         autocast = setup.autocast
+    zero_dtype = deepspeed_param_dtype(setup)
+    if zero_dtype:
+        # DeepSpeed's bf16/fp16 engine casts every floating-point parameter (frozen ones and LoRA adapters too)
+        # to the 16-bit dtype and runs the forward without torch autocast; the fp32 master copy lives in the ZeRO
+        # optimizer (physics/sharding.py).
+        weight_bytes, mixed, autocast = 2, False, False
+        notes.append(f"DeepSpeed ZeRO with {zero_dtype} enabled: the engine casts all parameters to {zero_dtype} "
+                     "and runs without torch autocast (deepspeed 0.19.8 runtime/engine.py:2080-2088 "
+                     "_cast_module_mixed_precision; accelerate 1.16 accelerator.py:557 leaves native_amp off under "
+                     "DeepSpeed); fp32 master weights and optimizer state sit in ZeRO's fp32 partition")
     residual_bytes = weight_bytes
     compute_bytes = 2 if (autocast or weight_bytes == 2) else 4
     autocast_dtype = ("fp16" if precision == "fp16-mixed" else "bf16") if autocast else ""
     if weight_bytes == 4:
         weight_dtype = "fp32"
+    elif zero_dtype:
+        weight_dtype = zero_dtype
     else:
         weight_dtype = "fp16" if precision.startswith("fp16") else "bf16"
     # HF Trainer bf16=True on an fp16 checkpoint (Llama 2, Phi-2, Pythia load in fp16 with dtype="auto"): autocast
@@ -101,11 +125,14 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                      "input to bf16, the weight copies stay alive until backward, and the residual stream "
                      "becomes fp32 (bf16 + fp16 promotes)")
     adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.method == "qlora" else weight_bytes)
+    if zero_dtype:
+        adapter_bytes = 2       # PEFT's fp32 adapters are cast with the rest of the module
     if setup.chunked_ce:
         loss_kind = recipe.loss if recipe.loss not in ("hf", "plain") else "chunked-fp32"
     else:
         loss_kind = "plain" if recipe.loss == "plain" else "hf"
-    logits_bytes = compute_bytes if not (setup.method == "qlora" and setup.kbit_upcast and not autocast) else 4
+    logits_bytes = compute_bytes if not (setup.method == "qlora" and setup.kbit_upcast and not autocast
+                                                 and not zero_dtype) else 4
     lora_modules: tuple[LoraModule, ...] = ()
     if setup.method in ("lora", "qlora"):
         targets = set(setup.lora_targets)
