@@ -69,7 +69,7 @@ class MlxEstimate:
     saved_activations: int        # what autodiff keeps for the backward, all trained layers
     logits_and_loss: int          # the (B, S, vocab) buffers of the loss and its gradient at that moment
     backward_workspace: int       # one layer's cotangents while its backward runs
-    peak_phase: str               # "loss backward" | "layer backward"
+    peak_phase: str               # the larger of the two transient terms: "loss backward" | "layer backward"
     activation_bytes_per_token_layer: int   # saved bytes per token per trained layer (no checkpointing)
     backend: str
     notes: tuple[str, ...] = ()
@@ -81,8 +81,11 @@ class MlxEstimate:
     @property
     def mlx_peak_bytes(self) -> int:
         """What ``mx.get_peak_memory()`` reads after a training step (bytes; mlx-lm prints it / 1e9)."""
+        # Measured on the CPU backend (benchmarks/mlx_measure.py, V / intermediate / layer differencing): the
+        # loss-backward buffers and the first layer's backward cotangents are alive together at the peak of the
+        # compiled step, so they add. Which eval-order detail keeps the logit buffers alive is not pinned down.
         return (self.persistent + self.gradients + self.saved_activations
-                + max(self.logits_and_loss, self.backward_workspace))
+                + self.logits_and_loss + self.backward_workspace)
 
     def components(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)
@@ -169,13 +172,15 @@ def _layer_saved_bytes(spec: ModelSpec, *, seq_len: int, b: int, adapters: bool,
 def _backward_workspace(spec: ModelSpec, *, b: int, adapters: bool, backend: str) -> int:
     """Bytes per token alive while one layer's MLP backward runs (the widest block).
 
-    Intermediate cotangents: from the frozen down projection (b), its float32 LoRA path (4) and their sum (b),
-    then d gate and d up (b each); into the MLP input, two LoRA float32 paths plus casts, the two frozen paths,
-    their sum and the residual stream cotangent (b). The CPU's composite RMSNorm backward adds three float32
-    (tokens, hidden) temporaries (mlx/fast.cpp:133-160); Metal's RMSNormVJP is one kernel.
+    Cotangents of width intermediate: from the frozen down projection (b), its float32 LoRA path (4) and its
+    cast (b), their sum d_a (b), then d silu, d up and d gate (b each), and, with adapters, the float32
+    cotangents of the gate and up LoRA branches (``astype`` and ``* scale`` vjps, fused by compile: 4 each).
+    Of width hidden: two LoRA float32 paths into the MLP input plus casts, the two frozen paths, their sum and
+    the residual stream cotangent. The CPU's composite RMSNorm backward adds three float32 (tokens, hidden)
+    temporaries (mlx/fast.cpp:133-160); Metal's RMSNormVJP is one kernel.
     """
     h, i = spec.hidden_size, spec.intermediate_size
-    lora_i = ADAPTER_BYTES if adapters else 0
+    lora_i = 3 * ADAPTER_BYTES + b if adapters else 0
     work = i * (lora_i + 4 * b)
     work += h * ((2 * ADAPTER_BYTES + 2 * b if adapters else 0) + 3 * b)
     if backend == "cpu":
