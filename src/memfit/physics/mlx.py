@@ -1,0 +1,249 @@
+"""The mlx-lm training step on Apple silicon: what `mx.get_peak_memory()` reads, component by component.
+
+Pure: no I/O, never imports mlx. Sources (versions this was read against; file:line):
+
+* mlx-lm 0.32.2 (site-packages ``mlx_lm``; upstream ml-explore/mlx-lm):
+  - ``lora.py:45-82`` CONFIG_DEFAULTS: fine_tune_type lora, optimizer adam, num_layers 16, batch_size 4,
+    max_seq_length 2048, grad_checkpoint False, lora_parameters rank 8 / dropout 0 / scale 20.
+  - ``lora.py:240-252`` (train_model): ``full`` unfreezes only ``model.layers[-num_layers:]``; lora/dora calls
+    ``linear_to_lora_layers``.
+  - ``tuner/utils.py:95-115`` with no ``keys``, every Linear/QuantizedLinear/SwitchLinear/Embedding inside a
+    layer becomes LoRA, in the last ``num_layers`` layers.
+  - ``tuner/lora.py:88-98``: ``lora_a`` = ``mx.random.uniform`` and ``lora_b`` = ``mx.zeros``, both float32;
+    ``z = (x @ lora_a) @ lora_b``: a bf16/fp16 ``x`` is promoted to float32 by the matmul, and that float32 copy
+    is what the ``lora_a`` gradient needs, so autodiff keeps it.
+  - ``tuner/dora.py:90``: DoRA adds a float32 magnitude ``m`` of d_out per linear.
+  - ``tuner/trainer.py:27-40`` grad_checkpoint wraps the layer class in ``mx.checkpoint``; ``:245-261`` the
+    step is ``mx.compile``d, value_and_grad + ``optimizer.update`` in one graph; ``:88-101`` default_loss
+    (``nn.losses.cross_entropy`` on the model-dtype logits, then ``.astype(float32)`` on the per-token loss).
+* mlx 0.32.4 (site-packages ``mlx``; upstream ml-explore/mlx@846d176 for C++):
+  - ``optimizers/optimizers.py:521-524`` Adam state ``m``, ``v`` = ``zeros_like(parameter)``: the parameter's
+    dtype (float32 for LoRA adapters, the model dtype for full fine-tuning).
+  - ``nn/losses.py:98-126``: cross_entropy uses the fused ``mx.fast.cross_entropy`` only on the GPU; on the
+    CPU it is composite (``logits - max``, ``take_along_axis``, ``logsumexp``).
+  - ``mlx/backend/metal/scaled_dot_product_attention.cpp:735-739``: "It's faster for training on Metal to use
+    the unfused SDPA for both forward and backward": under autodiff Metal runs the same composite attention
+    (``mlx/fast.cpp:718-790``: B*heads*S*S scores, softmax) that the CPU always runs
+    (``mlx/backend/no_gpu/primitives.cpp:26-48``); ``:918`` the fused SDPA VJP is never used.
+  - ``mlx/backend/metal/normalization.cpp:13`` and ``rope.cpp:10``: RMSNorm and RoPE are fused kernels on Metal
+    and the composite fallback on the CPU (``mlx/fast.cpp:90-107``: ``astype(x, float32)`` then normalize; the
+    fallback's autodiff keeps that float32 copy, the fused RMSNormVJP keeps ``x`` in its own dtype).
+  - ``python/mlx/nn/layers/quantized.py`` / ``mx.quantize``: affine mode packs ``bits`` per weight into uint32
+    and stores one scale and one bias per ``group_size`` weights in the weight's dtype.
+
+``backend="metal"`` is what a Mac user runs; ``backend="cpu"`` is what ``benchmarks/mlx_measure.py`` can
+measure on Linux. The two differ only in the RMSNorm input copy, the RMSNorm backward temporaries and the
+cross-entropy buffers (the components say which).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ..params import count_params, layer_linears
+from ..spec import ModelSpec
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+METHODS = ("lora", "dora", "full", "qlora")
+BACKENDS = ("metal", "cpu")
+ADAPTER_BYTES = 4      # lora_a / lora_b / DoRA m are float32 (tuner/lora.py:88-93, tuner/dora.py:90)
+GROUP_SIZE = 64        # mlx-lm affine default (utils.py quantize_model; nn.quantize default)
+
+# mlx-lm defaults (lora.py:45-82).
+DEFAULT_BATCH = 4
+DEFAULT_TRAIN_LAYERS = 16
+DEFAULT_RANK = 8
+DEFAULT_SCALE = 20.0
+DEFAULT_MAX_SEQ_LEN = 2048
+
+
+@dataclass(frozen=True)
+class MlxEstimate:
+    """Bytes of each component at the step's peak, and what ``mx.get_peak_memory()`` would report."""
+
+    weights: int                  # frozen + trainable base weights (packed uint32 when quantized)
+    quant_constants: int          # affine scales + biases (0 unless qlora)
+    adapters: int                 # LoRA A/B (+ DoRA magnitudes), float32
+    gradients: int                # gradients alive at the peak
+    optimizer_state: int          # Adam m and v
+    saved_activations: int        # what autodiff keeps for the backward, all trained layers
+    logits_and_loss: int          # the (B, S, vocab) buffers of the loss and its gradient at that moment
+    backward_workspace: int       # one layer's cotangents while its backward runs
+    peak_phase: str               # the larger of the two transient terms: "loss backward" | "layer backward"
+    activation_bytes_per_token_layer: int   # saved bytes per token per trained layer (no checkpointing)
+    backend: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def persistent(self) -> int:
+        return self.weights + self.quant_constants + self.adapters + self.optimizer_state
+
+    @property
+    def mlx_peak_bytes(self) -> int:
+        """What ``mx.get_peak_memory()`` reads after a training step (bytes; mlx-lm prints it / 1e9)."""
+        # Measured on the CPU backend (benchmarks/mlx_measure.py, V / intermediate / layer differencing): the
+        # loss-backward buffers and the first layer's backward cotangents are alive together at the peak of the
+        # compiled step, so they add. Which eval-order detail keeps the logit buffers alive is not pinned down.
+        return (self.persistent + self.gradients + self.saved_activations
+                + self.logits_and_loss + self.backward_workspace)
+
+    def components(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if isinstance(getattr(self, f.name), int) and f.name != "activation_bytes_per_token_layer"}
+
+
+def affine_quantized_bytes(rows: int, cols: int, bits: int, scale_bytes: int = 2,
+                           group_size: int = GROUP_SIZE) -> tuple[int, int]:
+    """(packed weight bytes, scales + biases bytes) of one ``rows x cols`` matrix under mx.quantize affine mode.
+
+    The weight is packed along the last axis into uint32 words (``cols * bits / 32`` words per row); each row
+    has ``cols / group_size`` groups with one scale and one bias each, in the weight's dtype.
+    """
+    if cols % group_size:
+        raise ValueError(f"last dimension {cols} is not a multiple of the group size {group_size}")
+    packed = rows * (cols * bits // 32) * 4
+    constants = 2 * rows * (cols // group_size) * scale_bytes
+    return packed, constants
+
+
+def _weights(spec: ModelSpec, method: str, quant_bits: int, b: int) -> tuple[int, int]:
+    counts = count_params(spec)
+    if method != "qlora":
+        return counts.total * b, 0
+    packed = constants = 0
+    # Every Linear in every layer and the embedding (and an untied lm_head) is quantized (utils.py
+    # quantize_model: any module with to_quantized whose last dim divides by the group size); norms and biases
+    # stay in the model dtype.
+    for lin in layer_linears(spec):
+        if lin.parts == ("router",):
+            continue                    # routers are counted with the unquantized rest below
+        if lin.d_in % GROUP_SIZE:
+            packed += lin.weight_params * b
+            continue
+        p, c = affine_quantized_bytes(lin.d_out * lin.copies, lin.d_in, quant_bits, b)
+        packed += p
+        constants += c
+    packed *= spec.num_layers
+    constants *= spec.num_layers
+    others = spec.num_layers * (counts.per_layer - counts.layer_linear_weights) + counts.final_norm
+    for matrices in (1, 0 if spec.tied_embeddings else 1):
+        if matrices:
+            p, c = affine_quantized_bytes(spec.vocab_size, spec.hidden_size, quant_bits, b)
+            packed += p
+            constants += c
+    return packed + others * b, constants
+
+
+def _adapter_params(spec: ModelSpec, rank: int, dora: bool) -> int:
+    per_layer = sum((lin.d_in + lin.d_out) * rank * lin.copies + (lin.d_out if dora else 0)
+                    for lin in layer_linears(spec) if lin.parts != ("router",))
+    return per_layer
+
+
+def _layer_saved_bytes(spec: ModelSpec, *, seq_len: int, b: int, adapters: bool, rank: int,
+                       backend: str) -> int:
+    """Bytes per token that autodiff keeps for one trained layer (llama-style block, mlx_lm/models/llama.py).
+
+    * two RMSNorm inputs: the CPU fallback keeps its float32 upcast (4 B), Metal's RMSNormVJP the input (b);
+    * the input of every trained linear: with float32 adapters and a 16-bit model, the float32 copy the
+      matmul promotion makes (compile's CSE shares one per distinct input: q/k/v read one, gate/up one);
+      for full fine-tuning the input itself, for the weight gradient;
+    * attention (composite, mlx/fast.cpp:718-790): scaled q, rotated k, v, the softmax output
+      (heads * seq_len per token);
+    * gated MLP: gate, up, sigmoid(gate) and silu(gate) (the compiled swiglu's product rule), in b;
+    * QK-norm (Qwen3): the normalized q and k inputs, like the layer norms.
+    """
+    h, qd, kvd, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
+    norm_b = 4 if backend == "cpu" else b
+    total = 2 * h * norm_b
+    inputs = (h, h, qd, i)              # xn (q,k,v), attention output (o), xn2 (gate, up), swiglu out (down)
+    in_b = (ADAPTER_BYTES if b < ADAPTER_BYTES else b) if adapters else b
+    total += sum(inputs) * in_b
+    if adapters:
+        n_lin = sum(1 for lin in layer_linears(spec) if lin.parts != ("router",))
+        total += n_lin * rank * ADAPTER_BYTES          # x @ lora_a, kept for the lora_b gradient
+    total += (qd + 2 * kvd) * b + spec.num_heads * seq_len * b
+    if spec.qk_norm != "none":
+        total += (qd + kvd) * norm_b
+    total += 4 * i * b if spec.mlp_kind == "gated" else 2 * i * b
+    return total
+
+
+def _backward_workspace(spec: ModelSpec, *, b: int, adapters: bool, backend: str) -> int:
+    """Bytes per token alive while one layer's MLP backward runs (the widest block).
+
+    Cotangents of width intermediate: from the frozen down projection (b), its float32 LoRA path (4) and its
+    cast (b), their sum d_a (b), then d silu, d up and d gate (b each), and, with adapters, the float32
+    cotangents of the gate and up LoRA branches (``astype`` and ``* scale`` vjps, fused by compile: 4 each).
+    Of width hidden: two LoRA float32 paths into the MLP input plus casts, the two frozen paths, their sum and
+    the residual stream cotangent. The CPU's composite RMSNorm backward adds three float32 (tokens, hidden)
+    temporaries (mlx/fast.cpp:133-160); Metal's RMSNormVJP is one kernel.
+    """
+    h, i = spec.hidden_size, spec.intermediate_size
+    lora_i = 3 * ADAPTER_BYTES + b if adapters else 0
+    work = i * (lora_i + 4 * b)
+    work += h * ((2 * ADAPTER_BYTES + 2 * b if adapters else 0) + 3 * b)
+    if backend == "cpu":
+        work += 3 * h * 4
+    return work
+
+
+def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEFAULT_BATCH,
+                 seq_len: int = DEFAULT_MAX_SEQ_LEN, train_layers: int = DEFAULT_TRAIN_LAYERS,
+                 lora_rank: int = DEFAULT_RANK, lora_scale: float = DEFAULT_SCALE, quant_bits: int = 4,
+                 grad_ckpt: bool = False, dtype: str = "bf16", backend: str = "metal") -> MlxEstimate:
+    """Peak of one mlx-lm training step. ``seq_len`` is the model's input length (batch length - 1).
+
+    ``lora_scale`` multiplies the adapter output only; it changes no buffer size (kept for a complete setup).
+    """
+    problems = []
+    if method not in METHODS:
+        problems.append(f"method must be one of {METHODS}")
+    if dtype not in DTYPE_BYTES:
+        problems.append(f"dtype must be one of {tuple(DTYPE_BYTES)}")
+    if backend not in BACKENDS:
+        problems.append(f"backend must be one of {BACKENDS}")
+    if method == "qlora" and quant_bits not in (4, 8):
+        problems.append("quant_bits must be 4 or 8 (MLX affine)")
+    if min(batch_size, seq_len, lora_rank) < 1:
+        problems.append("batch_size, seq_len and lora_rank must be positive")
+    if problems:
+        from ..errors import InvalidSetupError
+        raise InvalidSetupError("; ".join(problems))
+    del lora_scale
+    b = DTYPE_BYTES[dtype]
+    n = spec.num_layers if train_layers < 0 else min(train_layers, spec.num_layers)
+    tokens = batch_size * seq_len
+    weights, constants = _weights(spec, method, quant_bits, b)
+    adapters = method != "full"
+    if adapters:
+        adapter_bytes = n * _adapter_params(spec, lora_rank, method == "dora") * ADAPTER_BYTES
+        trainable = adapter_bytes
+        layer_grads = adapter_bytes // max(n, 1)
+    else:
+        adapter_bytes = 0
+        trainable = n * count_params(spec).per_layer * b
+        layer_grads = count_params(spec).per_layer * b
+    per_token_layer = _layer_saved_bytes(spec, seq_len=seq_len, b=b, adapters=adapters, rank=lora_rank,
+                                         backend=backend)
+    if grad_ckpt:
+        # mx.checkpoint keeps each layer's input; the layer being differentiated is recomputed in full.
+        saved = tokens * (n * spec.hidden_size * b + per_token_layer) if n else 0
+    else:
+        saved = tokens * n * per_token_layer
+    # Loss backward: CPU composite cross-entropy keeps the shifted logits and builds softmax, the cotangent
+    # product and the take_along_axis scatter (4 copies); Metal's fused kernel reads the logits and writes one
+    # gradient (2 copies). Logits are in the model dtype (default_loss computes CE before .astype(float32)).
+    logits = (4 if backend == "cpu" else 2) * tokens * spec.vocab_size * b
+    workspace = tokens * _backward_workspace(spec, b=b, adapters=adapters, backend=backend)
+    # Gradients: LoRA's are tiny, all counted; full fine-tuning has one layer's at the activation peak.
+    grads = trainable if adapters else layer_grads
+    phase = "loss backward" if logits >= workspace else "layer backward"
+    notes = []
+    if method == "full" and n < spec.num_layers:
+        notes.append(f"mlx-lm's full fine-tuning trains only the last {n} of {spec.num_layers} layers "
+                     "(lora.py:240-242); pass train_layers=-1 for all")
+    return MlxEstimate(weights=weights, quant_constants=constants, adapters=adapter_bytes, gradients=grads,
+                       optimizer_state=2 * trainable, saved_activations=saved, logits_and_loss=logits,
+                       backward_workspace=workspace, peak_phase=phase,
+                       activation_bytes_per_token_layer=per_token_layer, backend=backend, notes=tuple(notes))
