@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 
 from memfit import load_model
-from memfit.physics.mlx import mlx_estimate
+from memfit.physics.mlx import ALL_TARGETS, mlx_estimate
 
 RESULTS = Path(__file__).parent / "results" / "mlx_measure.json"
 
@@ -87,7 +87,12 @@ SETUPS = [
     ("mistral-7b", "qlora", 2, 256, 2, 2, True, 4096, "bf16"),
     ("mistral-7b", "full", 2, 128, 2, 2, False, 2048, "fp16"),
     ("mistral-7b", "lora", 4, 64, 2, 2, False, 8192, "fp16"),
+    # LoRA on q,v only (mlx-lm `keys`, the default before ml-explore/mlx-lm#515): "lora-qv"
+    ("llama-3.2-1b", "lora-qv", 2, 256, 2, 2, False, 8192, "bf16"),
+    ("qwen2.5-0.5b", "lora-qv", 2, 256, 4, 4, False, 8192, "bf16"),
+    ("qwen3-0.6b", "lora-qv", 1, 512, 2, 2, False, 4096, "bf16"),
 ]
+QV_KEYS = ["self_attn.q_proj", "self_attn.v_proj"]
 
 
 def measure(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype) -> dict:
@@ -112,8 +117,10 @@ def measure(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype)
         for layer in model.layers[-trained:]:
             layer.unfreeze()
     else:
-        linear_to_lora_layers(model, trained, {"rank": 8, "dropout": 0.0, "scale": 20.0},
-                              use_dora=method == "dora")
+        config = {"rank": 8, "dropout": 0.0, "scale": 20.0}
+        if method == "lora-qv":
+            config["keys"] = QV_KEYS
+        linear_to_lora_layers(model, trained, config, use_dora=method == "dora")
     if ckpt:
         grad_checkpoint(model.layers[0])
     optimizer = optim.Adam(learning_rate=1e-5)
@@ -137,8 +144,9 @@ def measure(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype)
         mx.eval(state, lvalue, toks)
         peaks.append(mx.get_peak_memory())
     trainable = sum(v.nbytes for _, v in tree_flatten(model.trainable_parameters()))
-    est = mlx_estimate(spec, method="qlora" if bits else method, batch_size=batch, seq_len=seq_len,
-                       train_layers=trained, quant_bits=bits or 4, grad_ckpt=ckpt, dtype=dtype, backend="cpu")
+    est = mlx_estimate(spec, method="qlora" if bits else ("lora" if method == "lora-qv" else method),
+                       batch_size=batch, seq_len=seq_len, train_layers=trained, quant_bits=bits or 4, grad_ckpt=ckpt,
+                       dtype=dtype, backend="cpu", targets=("q", "v") if method == "lora-qv" else ALL_TARGETS)
     measured = peaks[-1]
     # Clean up explicitly: the next setup's peak must not see this one's arrays.
     del model, optimizer, state, step, loss_value_and_grad
@@ -232,7 +240,11 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="the first 6 setups only (no results file)")
     parser.add_argument("--csv", type=Path, help="also compare with published rows (mlx-measured.csv)")
     parser.add_argument("--csv-only", action="store_true", help="skip the MLX measurements")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)   # measure SETUPS[i] and print its JSON
     args = parser.parse_args(argv)
+    if args.one is not None:
+        print(json.dumps(measure(*SETUPS[args.one])))
+        return 0
     out: dict = {}
     if not args.csv_only:
         import mlx.core as mx
@@ -241,7 +253,9 @@ def main(argv=None) -> int:
         results = []
         for setup in SETUPS[:6] if args.quick else SETUPS:
             t0 = time.perf_counter()
-            r = measure(*setup)
+            # Each setup in a fresh process: in one long process, later setups' peaks read lower than the same
+            # setup measured alone (MLX's compile and buffer caches carry over), by up to a third.
+            r = _measure_alone(SETUPS.index(setup))
             r["seconds"] = round(time.perf_counter() - t0, 2)
             results.append(r)
             print(f"{setup}: measured {r['measured']} estimated {r['estimated']} ({r['error']:+.1%})",
@@ -269,7 +283,31 @@ def main(argv=None) -> int:
     if not args.quick and not args.csv_only:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        write_band(out["results"])
     return 0
+
+
+def _measure_alone(index: int) -> dict:
+    import subprocess
+
+    proc = subprocess.run([sys.executable, __file__, "--one", str(index)], capture_output=True, text=True,
+                          check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+BAND = Path(__file__).resolve().parent.parent / "src" / "memfit" / "data" / "mlx_band.json"
+
+
+def write_band(results: list[dict]) -> dict:
+    """The step model's measured spread (error = estimate / measured - 1), which widens every MLX estimate's
+    range (memfit/estimate_mlx.py). Written only by a full run of this benchmark: running it changes what
+    memfit prints, so the file is reviewed in the diff like code."""
+    errors = sorted(r["error"] for r in results)
+    band = {"n": len(errors), "low": round(errors[0], 4), "high": round(errors[-1], 4),
+            "median": round(statistics.median(errors), 4),
+            "source": "benchmarks/mlx_measure.py: real mlx-lm steps on MLX's CPU backend"}
+    BAND.write_text(json.dumps(band, indent=1) + "\n", encoding="utf-8")
+    return band
 
 
 if __name__ == "__main__":

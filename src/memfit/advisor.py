@@ -40,6 +40,7 @@ COSTS = {
     "optimizer-8bit": (1, "8-bit optimizer states: no measurable quality cost in practice (Dettmers et al. 2021)"),
     "grad-accum": (1, "same effective batch through gradient accumulation: slower steps (less work per kernel)"),
     "grad-ckpt": (2, "about 20-30% slower: each layer is recomputed during backward"),
+    "train-layers": (2, "fewer layers adapt (mlx-lm --num-layers): less capacity, a faster step"),
     "lora-smaller": (3, "a smaller adapter: slightly less capacity"),
     "qlora": (3, "4-bit frozen base: a small quality cost, slower matmuls (dequantization)"),
     # A shorter max length costs more the more of it is cut (kept >= 3/4, >= 1/2, >= 1/4, less).
@@ -52,7 +53,13 @@ COSTS = {
                      "communication)"),
     "smaller-model": (6, "a smaller model of the same family: lower quality"),
     "seq-len-short": (9, "cuts below the typical example: offered only because nothing else fits"),
+    "wired-limit": (10, "raises the GPU's share of the Mac's RAM (sudo sysctl iogpu.wired_limit_mb=N, reset at "
+                        "reboot): macOS and open apps keep only the rest, and the system may page or freeze; only "
+                        "because nothing else fits"),
 }
+# On MLX a quantized base is a converted model, not a load-time option.
+MLX_QLORA_COST = ("convert the model first (mlx_lm.convert --hf-path MODEL -q: affine 4-bit, group 64): a small "
+                  "quality cost")
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,7 @@ def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, command_f
         # Nothing keeps the typical example: the longest length that fits with every gentle lever.
         short = _fit_with(spec, setup, hardware, levers, floor=64, short=True)
         fitting += [short] if short else []
+    wired = _wired_limit(spec, setup, hardware, levers) if not fitting else None
     fitting = [c for c in fitting if base.device_bytes - c.estimate.device_bytes >= MIN_SAVING_SHARE *
                base.device_bytes]
     fitting = _undominated(fitting)
@@ -122,7 +130,44 @@ def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, command_f
     partial.sort(key=lambda c: c.estimate.device_bytes)
     out += [_suggestion(c, spec, setup, base, hardware, command_for, model_ref, dataset, floor)
             for c in partial[:MAX_PARTIAL]]
+    if wired is not None:
+        candidate, limit_mib = wired
+        s = _suggestion(candidate, spec, setup, base, hardware, command_for, model_ref, dataset, floor)
+        out.insert(0, Suggestion(
+            change=f"{s.change} + GPU wired limit {limit_mib} MiB".removeprefix("no change + "),
+            changes={**s.changes, "mac_wired_limit": f"{limit_mib}MiB"},
+            command=command_for(model_ref, candidate.setup, {"mac_wired_limit": f"{limit_mib}MiB"}),
+            device_bytes=s.device_bytes, saving_bytes=s.saving_bytes, cost=s.cost, status="fits", rank=s.rank))
     return out
+
+
+# Whatever the wired limit, macOS keeps this much of the RAM for itself in this advice.
+MAC_OS_RESERVE_BYTES = 4 * 2**30
+
+
+def _wired_limit(spec, setup, hardware, levers):
+    """Last resort on a Mac: the gentlest setup (every gentle lever) under a raised GPU wired limit, when that
+    limit still leaves macOS MAC_OS_RESERVE_BYTES. Returns (candidate, limit in MiB) or None."""
+    from .hardware import Hardware as _Hw
+
+    if hardware.kind != "mac":
+        return None
+    gentle = setup
+    for _, _, apply in levers:
+        try:
+            gentle = apply(gentle)
+        except MemfitError:
+            return None
+    est = estimate(spec, gentle)
+    limit = -(-est.range_high_bytes // 2**20)
+    if limit * 2**20 > hardware.capacity_bytes - MAC_OS_RESERVE_BYTES:
+        return None
+    raised = _Hw(name=hardware.name, kind="mac", capacity_bytes=hardware.capacity_bytes,
+                 usable_bytes=limit * 2**20, source="a raised iogpu.wired_limit_mb")
+    if verdict(est, raised).status != "fits":
+        return None
+    keys = frozenset(k for k, _, _ in levers) | {"wired-limit"}
+    return _Candidate(keys, gentle, spec, est, "fits"), limit
 
 
 def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[tuple]:
@@ -142,6 +187,10 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[t
         out.append(("grad-ckpt", "gradient checkpointing", lambda s: s.replace(grad_ckpt=True)))
     if setup.method in ("full", "lora") and (not mac or setup.recipe == "mlx"):
         out.append(("qlora", "QLoRA", lambda s: _switch_method(s, "qlora")))
+    if setup.recipe == "mlx" and (setup.train_layers or spec.num_layers) > 1:
+        out.append(("train-layers", "fewer trained layers",
+                    lambda s: s.replace(train_layers=max(1, min(s.train_layers or spec.num_layers,
+                                                                spec.num_layers) // 2))))
     if setup.method == "full":
         out.append(("lora", "LoRA", lambda s: _switch_method(s, "lora")))
     return out
@@ -277,6 +326,7 @@ _WORDS = {"grad_ckpt": lambda v: "gradient checkpointing" if v else "no gradient
           "optimizer": lambda v: f"optimizer {v}",
           "seq_len": lambda v: f"max length {v}",
           "method": lambda v: {"qlora": "QLoRA", "lora": "LoRA", "full": "full fine-tuning"}[v],
+          "train_layers": lambda v: f"train the last {v} layers",
           "ckpt_offload": lambda v: "checkpoints offloaded" if v else "checkpoints on the GPU"}
 
 
@@ -296,7 +346,8 @@ def _suggestion(c: _Candidate, spec, setup, base, hardware, command_for, model_r
     if c.spec is not spec:
         changes["model"] = c.spec.name
         words.append(f"smaller model {c.spec.name}")
-    costs = [COSTS[k][1] for k in sorted(c.keys, key=lambda k: COSTS[k][0])]
+    costs = [MLX_QLORA_COST if k == "qlora" and c.setup.recipe == "mlx" else COSTS[k][1]
+             for k in sorted(c.keys, key=lambda k: COSTS[k][0])]
     if c.keys & _LENGTH_KEYS:
         costs.append(_length_cost(c.setup.seq_len, dataset, floor))
     saving = base.device_bytes - c.estimate.device_bytes

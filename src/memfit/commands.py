@@ -46,7 +46,7 @@ def cmd_trace(args) -> str:
                                 f"repeats from the second on)")
     request = request_from_args(args)
     hardware, _ = load_request_hardware(request)
-    setup = resolve_setup(request)
+    setup = resolve_setup(request, hardware=hardware)
     from .trace import require_trace_extra
 
     require_trace_extra()
@@ -85,7 +85,7 @@ def cmd_max(args) -> str:
     hardware, _ = load_request_hardware(request)
     if hardware is None:
         raise InvalidSetupError("memfit max needs hardware: --gpu, --memory or --mac")
-    setup = resolve_setup(request)
+    setup = resolve_setup(request, hardware=hardware)
     if args.what == "model":
         if args.model:
             raise InvalidSetupError("--what model searches the catalog: give --family instead of a model")
@@ -118,7 +118,7 @@ def cmd_plan(args) -> str:
     if spec.is_rule_of_thumb:
         raise InvalidSetupError("a bare size has no architecture to plan for; name a model or a config.json")
     data = dataset_stats(request, progress=args.format == "text")
-    base = resolve_setup(request, data[2] if data else None)
+    base = resolve_setup(request, data[2] if data else None, hardware)
     stats = None
     if data is not None:
         from .dataset import length_stats
@@ -195,7 +195,7 @@ def cmd_plot(args) -> str:
     spec, _ = load_request_model(request)
     if spec.is_rule_of_thumb:
         raise InvalidSetupError("a bare size has no architecture to plot; name a model or a config.json")
-    setup = resolve_setup(request)
+    setup = resolve_setup(request, hardware=hardware)
     traced = None
     if args.with_trace:
         from .trace import trace

@@ -53,7 +53,7 @@ class Estimate:
     paged_bytes: int                   # optimizer state in CUDA managed memory: outside all three counters
     download_bytes: int                # the 16-bit weights a user downloads
     assumptions: tuple[str, ...]
-    kind: str = "analytic"             # "analytic" | "rule-of-thumb"
+    kind: str = "analytic"             # "analytic" | "rule-of-thumb" | "mlx" | "trace" | "cuda"
     extra: dict = field(default_factory=dict)
     host_bytes: int = 0                # CPU RAM that offload moves off the GPU (per node)
 
@@ -67,6 +67,10 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         from .rule import estimate_rule
 
         return estimate_rule(spec, setup)
+    if setup.recipe == "mlx":
+        from .estimate_mlx import estimate_mlx
+
+        return estimate_mlx(spec, setup)
     spec = _as_built_by(spec, setup)
     static = _static_parts(spec, setup)
     parts = _token_parts(spec, setup, static)

@@ -38,7 +38,10 @@ OPTIMIZER_ALIASES = {"adamw-torch": "adamw", "adamw_torch": "adamw", "adamw_torc
                      "paged-adamw-32bit": "paged-adamw", "adam": "adamw", "adamw-foreach": "adamw"}
 BNB_OPTIMIZERS = ("adamw-bnb", "adamw-8bit", "paged-adamw", "paged-adamw-8bit")
 ATTENTION = ("sdpa", "flash", "eager")
-QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
+BNB_QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
+# MLX affine quantization, group size 64, 16-bit scales and biases (mlx_lm.convert -q --q-bits 4|8)
+MLX_QUANTS = ("mlx-4bit", "mlx-8bit")
+QUANTS = BNB_QUANTS + MLX_QUANTS
 SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -132,7 +135,10 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            below_maximum=True, methods=ADAPTER_METHODS,
            tool_keys=_keys(axolotl="lora_dropout", llamafactory="lora_dropout", torchtune="model.lora_dropout",
                            trl="lora_dropout", mlx="lora_parameters.dropout")),
-    Option("quant", "choice", "QLoRA base quantization (bitsandbytes)", default="nf4-dq", choices=QUANTS,
+    Option("train_layers", "int", "train only the last N layers (mlx-lm --num-layers): the adapters' layers, or "
+           "the unfrozen ones in full fine-tuning", minimum=1, maximum=10_000, tool_keys=_keys(mlx="num_layers")),
+    Option("quant", "choice", "QLoRA's quantized base: bitsandbytes (nf4, nf4-dq, fp4, int8) or MLX affine, "
+           "group 64 (mlx-4bit, mlx-8bit)", default="nf4-dq", choices=QUANTS,
            methods=("qlora",),
            tool_keys=_keys(axolotl="load_in_4bit", llamafactory="quantization_bit", trl="load_in_4bit")),
     Option("kbit_upcast", "bool", "peft prepare_model_for_kbit_training's fp32 upcast of norms, embeddings and "
@@ -240,7 +246,7 @@ def normalize(option: Option, value, from_text: bool = False):
 
 def check_range(option: Option, value) -> str | None:
     """Why `value` is outside what `option` can mean, or None."""
-    if option.kind not in ("int", "float"):
+    if option.kind not in ("int", "float") or value is None:
         return None
     if option.minimum is not None and value < option.minimum:
         return f"must be at least {option.minimum:g}, got {value}"

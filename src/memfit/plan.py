@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .advisor import COSTS
 from .estimator import estimate
 from .hardware import Hardware
 from .setup import TrainingSetup
@@ -45,8 +46,10 @@ class PlanOption:
 
 def best_for_method(spec: ModelSpec, base: TrainingSetup, method: str, hardware: Hardware) -> tuple:
     """(setup, device_bytes, notes) for the cheapest-to-train setup of `method` that fits, or (None, ...)."""
+    from .recipes import RECIPES
+
     options = [dict(grad_ckpt=False), dict(grad_ckpt=True)]
-    if method == "full":
+    if method == "full" and "adamw-8bit" in RECIPES[base.recipe].optimizers:
         options.append(dict(grad_ckpt=True, optimizer="adamw-8bit"))
     smallest = None
     for extra in options:
@@ -61,7 +64,7 @@ def best_for_method(spec: ModelSpec, base: TrainingSetup, method: str, hardware:
             if fits(est, hardware):
                 notes = []
                 if setup.grad_ckpt:
-                    notes.append("gradient checkpointing: about 20-30% slower")
+                    notes.append(COSTS["grad-ckpt"][1])
                 if setup.optimizer == "adamw-8bit":
                     notes.append("8-bit AdamW states")
                 return setup, device, tuple(notes)

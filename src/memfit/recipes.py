@@ -16,7 +16,8 @@ from .options import ALL_TARGETS, OPTIMIZERS
 # The setup options a recipe gives a default for (the rest come from the options table).
 RECIPE_FIELDS = ("precision", "optimizer", "grad_ckpt", "attn", "lora_rank", "lora_targets", "lora_dropout", "quant")
 # Every option whose default depends on the recipe or the method (setup.py resolves the last four from others).
-RECIPE_DECIDED = RECIPE_FIELDS + ("chunked_ce", "optimizer_in_backward", "autocast", "ckpt_offload", "shard")
+RECIPE_DECIDED = RECIPE_FIELDS + ("chunked_ce", "optimizer_in_backward", "autocast", "ckpt_offload", "shard",
+                                  "train_layers")
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Recipe:
     quant: str = "nf4-dq"
     ckpt_offload: bool = False     # checkpoints kept in host memory (unsloth's offloaded checkpointing)
     fused_norm: bool = False       # norms are fused kernels that save only their input (MLX, Liger, Unsloth)
-    lora_layers: int | None = None # adapters only on the last N layers (mlx-lm --num-layers)
+    defaults: dict = field(default_factory=dict)         # other setup options this stack sets (mlx: batch 4)
     full_overrides: dict = field(default_factory=dict)   # defaults that differ for full fine-tuning
     qlora_overrides: dict = field(default_factory=dict)  # defaults that differ for QLoRA
     # Stacks that build their own model code (LitGPT) change the architecture facts that matter for memory.
@@ -51,6 +52,8 @@ class Recipe:
             return self.qlora_overrides[name]
         if method == "full" and name in self.full_overrides:
             return self.full_overrides[name]
+        if name in self.defaults:
+            return self.defaults[name]
         if name in RECIPE_FIELDS:
             return getattr(self, name)
         if name == "chunked_ce":
@@ -119,14 +122,19 @@ RECIPES: dict[str, Recipe] = {
         sources=("karpathy/nanoGPT train.py: logits, loss = model(X, Y); loss.backward(); torch.optim.AdamW "
                  "without flags is foreach on CUDA",)),
     "mlx": Recipe(
-        name="mlx", description="mlx-lm LoRA on Apple silicon",
-        precision="bf16", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",
-        lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=True, loss="hf",
-        fp32_logits_copy=False, quant="nf4", fused_norm=True, lora_layers=16,
+        name="mlx", description="mlx-lm on Apple silicon (mlx_lm.lora)",
+        precision="auto", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",
+        lora_rank=8, lora_targets=ALL_TARGETS, lora_dropout=0.0, adapter_fp32=True, loss="hf",
+        fp32_logits_copy=False, quant="mlx-4bit", fused_norm=True,
+        defaults={"batch_size": 4, "train_layers": 16},
         optimizers=("adamw", "sgd", "adafactor"),
-        sources=("ml-explore/mlx-lm mlx_lm/lora.py: num_layers 16, rank 8, scale 20, dropout 0, batch 4, "
-                 "adam optimizer; LoRA weights fp32 (mlx_lm/tuner/lora.py)",
-                 "mx.fast.rms_norm is one fused kernel")),
+        sources=("mlx-lm 0.32.2 mlx_lm/lora.py:45-82 CONFIG_DEFAULTS: optimizer adam, num_layers 16, batch_size 4, "
+                 "max_seq_length 2048, grad_checkpoint False, lora_parameters rank 8, dropout 0, scale 20",
+                 "mlx_lm/tuner/utils.py linear_to_lora_layers without keys: every Linear of the last num_layers "
+                 "layers (since ml-explore/mlx-lm#515); full fine-tuning unfreezes only those layers "
+                 "(lora.py:240-242)",
+                 "MLX affine 4-bit, group 64, 16-bit scales and biases (mlx_lm.convert -q); the step model is "
+                 "physics/mlx.py")),
 }
 
 

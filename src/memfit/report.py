@@ -79,10 +79,13 @@ class Report:
     dataset: object = None                   # dataset.LengthStats
     hardware_values: Mapping[str, object] = field(default_factory=dict)   # this hardware, as options
 
-    def command(self, setup: TrainingSetup | None = None, model_ref: str | None = None) -> str:
-        """The `memfit estimate` command that reproduces this report (or `setup` on the same hardware)."""
+    def command(self, setup: TrainingSetup | None = None, model_ref: str | None = None,
+                hardware_changes: Mapping | None = None) -> str:
+        """The `memfit estimate` command that reproduces this report (or `setup`, on this hardware with
+        `hardware_changes`)."""
         setup = setup or self.setup
-        return command_line("estimate", model_ref or self.model_ref, {**setup.overrides(), **self.hardware_values})
+        return command_line("estimate", model_ref or self.model_ref,
+                            {**setup.overrides(), **self.hardware_values, **(hardware_changes or {})})
 
 
 def load_request_model(request: Request) -> tuple[ModelSpec, str]:
@@ -125,8 +128,12 @@ def load_request_hardware(request: Request) -> tuple[Hardware | None, dict]:
     return hw, given
 
 
-def resolve_setup(request: Request, dataset=None) -> TrainingSetup:
+def resolve_setup(request: Request, dataset=None, hardware: Hardware | None = None) -> TrainingSetup:
+    """The setup a request asks for. On a Mac the recipe is mlx-lm's unless one is given (people train there
+    with mlx-lm; `--recipe hf` keeps the PyTorch model)."""
     values = dict(request.setup)
+    if hardware is not None and hardware.kind == "mac" and values.get("recipe") is None:
+        values["recipe"] = "mlx"
     if dataset is not None and values.get("seq_len") is None:
         from .dataset import suggested_length
 
@@ -176,7 +183,7 @@ def report(request: Request, progress: bool = False) -> Report:
     hardware, hardware_values = load_request_hardware(request)   # hardware errors before any model lookup
     spec, model_ref = load_request_model(request)
     data = dataset_stats(request, progress)
-    setup = resolve_setup(request, data[2] if data else None)
+    setup = resolve_setup(request, data[2] if data else None, hardware)
     stats = None
     if data is not None:
         from .dataset import length_stats
@@ -195,8 +202,8 @@ def report(request: Request, progress: bool = False) -> Report:
                      hardware_values)
     if not (request.advice and ver is not None and ver.status != "fits" and not spec.is_rule_of_thumb):
         return partial
-    suggestions = suggest(spec, setup, hardware, lambda ref, s: partial.command(s, ref), dataset=stats,
-                          model_ref=model_ref)
+    suggestions = suggest(spec, setup, hardware, lambda ref, s, hw=None: partial.command(s, ref, hw),
+                          dataset=stats, model_ref=model_ref)
     return Report(request, model_ref, spec, setup, est, hardware, ver, host, tuple(warnings), tuple(suggestions),
                   stats, hardware_values)
 

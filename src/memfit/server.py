@@ -82,7 +82,7 @@ def curve_json(body: dict) -> str:
         spec, _ = load_request_model(request)
         if spec.is_rule_of_thumb:
             raise InvalidSetupError("a bare size has no architecture: length does not enter the rule of thumb")
-        return dumps(method_curves(spec, resolve_setup(request), hardware))
+        return dumps(method_curves(spec, resolve_setup(request, hardware=hardware), hardware))
     except MemfitError as exc:
         raise _unprocessable(exc) from None
 

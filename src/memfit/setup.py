@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from .errors import InvalidSetupError, Problem
 from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_SEQ_LEN, METHODS, OFFLOADS,  # noqa: F401
-                      OPTIMIZER_ALIASES, OPTIMIZERS, PRECISIONS, QUANTS, SETUP_FIELDS, SHARDS, check_range,
+                      MLX_QUANTS, OPTIMIZER_ALIASES, OPTIMIZERS, PRECISIONS, QUANTS, SETUP_FIELDS, SHARDS,
+                      check_range,
                       normalize)
 from .options import parse_targets as _parse_targets
 from .recipes import RECIPES
@@ -44,6 +45,7 @@ class TrainingSetup:
     lora_rank: int | None = None
     lora_targets: tuple[str, ...] | None = None
     lora_dropout: float | None = None           # > 0 saves a dropout mask per adapted input
+    train_layers: int | None = None             # only the last N layers train (None: all; mlx-lm: 16)
     quant: str | None = None                    # QLoRA's 4-bit (or 8-bit) base
     kbit_upcast: bool | None = None             # prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
     padding: bool | None = None                 # batches carry a padding mask (attention_mask with zeros)
@@ -135,6 +137,20 @@ class TrainingSetup:
             # "is not supported" with gradient accumulation): the gradients would be gone before accumulating.
             p.append(Problem("optimizer_in_backward", "{optimizer_in_backward} cannot accumulate gradients: "
                                                       "set {grad_accum} 1"))
+        mlx = self.recipe == "mlx"
+        if self.method == "qlora" and (self.quant in MLX_QUANTS) != mlx:
+            p.append(Problem("quant", "{quant} " + (f"{self.quant} is bitsandbytes: the mlx recipe quantizes with "
+                                                   f"MLX (mlx-4bit, mlx-8bit)" if mlx else
+                                                   f"{self.quant} is an MLX conversion: it needs {{recipe}} mlx")))
+        if mlx and self.precision.endswith("-mixed"):
+            p.append(Problem("precision", "MLX has no autocast: {precision} is the model's dtype (auto, bf16, fp16 "
+                                          "or fp32) under the mlx recipe"))
+        if self.train_layers is not None and self.method == "full" and not mlx:
+            p.append(Problem("train_layers", "{train_layers} with {method} full (the last N layers unfrozen) is "
+                                             "modelled for {recipe} mlx only"))
+        if mlx and (self.world_size > 1 or self.shard != "none"):
+            p.append(Problem("gpus", "mlx-lm trains on one Apple-silicon GPU: {gpus}, {nodes} and {shard} do not "
+                                     "apply"))
         if self.optimizer not in get_optimizers(self.recipe):
             p.append(Problem("optimizer", f"{{optimizer}} {self.optimizer} is not one the {self.recipe} recipe can "
                                           f"use ({', '.join(get_optimizers(self.recipe))})"))

@@ -134,20 +134,30 @@ def _weights(spec: ModelSpec, method: str, quant_bits: int, b: int) -> tuple[int
     return packed + others * b, constants
 
 
-def _adapter_params(spec: ModelSpec, rank: int, dora: bool) -> int:
+ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def _adapted(spec: ModelSpec, targets) -> list:
+    return [lin for lin in layer_linears(spec) if lin.parts != ("router",) and set(lin.parts) & set(targets)]
+
+
+def _adapter_params(spec: ModelSpec, rank: int, dora: bool, targets=ALL_TARGETS) -> int:
     per_layer = sum((lin.d_in + lin.d_out) * rank * lin.copies + (lin.d_out if dora else 0)
-                    for lin in layer_linears(spec) if lin.parts != ("router",))
+                    for lin in _adapted(spec, targets))
     return per_layer
 
 
 def _layer_saved_bytes(spec: ModelSpec, *, seq_len: int, b: int, adapters: bool, rank: int,
-                       backend: str) -> int:
+                       backend: str, targets=ALL_TARGETS) -> int:
     """Bytes per token that autodiff keeps for one trained layer (llama-style block, mlx_lm/models/llama.py).
 
     * two RMSNorm inputs: the CPU fallback keeps its float32 upcast (4 B), Metal's RMSNormVJP the input (b);
     * the input of every trained linear: with float32 adapters and a 16-bit model, the float32 copy the
       matmul promotion makes (compile's CSE shares one per distinct input: q/k/v read one, gate/up one);
-      for full fine-tuning the input itself, for the weight gradient;
+      for full fine-tuning the input itself, for the weight gradient. With LoRA on some targets only (mlx-lm
+      ``keys``, e.g. q,v before ml-explore/mlx-lm#515) a frozen linear's input still stays alive, in the model
+      dtype: its input gradient needs only W, but the VJP graph holds the primitive's inputs. Measured
+      (benchmarks/mlx_measure.py, three q,v setups): -11% to +3% with that term, -5% to -16% without;
     * attention (composite, mlx/fast.cpp:718-790): scaled q, rotated k, v, the softmax output
       (heads * seq_len per token);
     * gated MLP: gate, up, sigmoid(gate) and silu(gate) (the compiled swiglu's product rule), in b;
@@ -156,11 +166,14 @@ def _layer_saved_bytes(spec: ModelSpec, *, seq_len: int, b: int, adapters: bool,
     h, qd, kvd, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
     norm_b = 4 if backend == "cpu" else b
     total = 2 * h * norm_b
-    inputs = (h, h, qd, i)              # xn (q,k,v), attention output (o), xn2 (gate, up), swiglu out (down)
+    # xn (q,k,v), attention output (o), xn2 (gate, up), swiglu out (down)
+    inputs = ((h, {"q", "k", "v"}), (qd, {"o"}), (h, {"gate", "up"}), (i, {"down"}))
     in_b = (ADAPTER_BYTES if b < ADAPTER_BYTES else b) if adapters else b
-    total += sum(inputs) * in_b
+    wanted = set(targets) if adapters else set(ALL_TARGETS)
+    total += sum(width for width, reads in inputs if reads & wanted) * in_b
+    total += sum(width for width, reads in inputs if not reads & wanted) * b
     if adapters:
-        n_lin = sum(1 for lin in layer_linears(spec) if lin.parts != ("router",))
+        n_lin = len(_adapted(spec, targets))
         total += n_lin * rank * ADAPTER_BYTES          # x @ lora_a, kept for the lora_b gradient
     total += (qd + 2 * kvd) * b + spec.num_heads * seq_len * b
     if spec.qk_norm != "none":
@@ -191,10 +204,12 @@ def _backward_workspace(spec: ModelSpec, *, b: int, adapters: bool, backend: str
 def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEFAULT_BATCH,
                  seq_len: int = DEFAULT_MAX_SEQ_LEN, train_layers: int = DEFAULT_TRAIN_LAYERS,
                  lora_rank: int = DEFAULT_RANK, lora_scale: float = DEFAULT_SCALE, quant_bits: int = 4,
-                 grad_ckpt: bool = False, dtype: str = "bf16", backend: str = "metal") -> MlxEstimate:
+                 grad_ckpt: bool = False, dtype: str = "bf16", backend: str = "metal",
+                 targets: tuple[str, ...] = ALL_TARGETS) -> MlxEstimate:
     """Peak of one mlx-lm training step. ``seq_len`` is the model's input length (batch length - 1).
 
     ``lora_scale`` multiplies the adapter output only; it changes no buffer size (kept for a complete setup).
+    ``targets``: the adapted projections (mlx-lm ``keys``); every Linear by default, as mlx-lm 0.32 does.
     """
     problems = []
     if method not in METHODS:
@@ -217,7 +232,7 @@ def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEF
     weights, constants = _weights(spec, method, quant_bits, b)
     adapters = method != "full"
     if adapters:
-        adapter_bytes = n * _adapter_params(spec, lora_rank, method == "dora") * ADAPTER_BYTES
+        adapter_bytes = n * _adapter_params(spec, lora_rank, method == "dora", targets) * ADAPTER_BYTES
         trainable = adapter_bytes
         layer_grads = adapter_bytes // max(n, 1)
     else:
@@ -225,7 +240,7 @@ def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEF
         trainable = n * count_params(spec).per_layer * b
         layer_grads = count_params(spec).per_layer * b
     per_token_layer = _layer_saved_bytes(spec, seq_len=seq_len, b=b, adapters=adapters, rank=lora_rank,
-                                         backend=backend)
+                                         backend=backend, targets=targets)
     if grad_ckpt:
         # mx.checkpoint keeps each layer's input; the layer being differentiated is recomputed in full.
         saved = tokens * (n * spec.hidden_size * b + per_token_layer) if n else 0
@@ -235,14 +250,15 @@ def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEF
     # product and the take_along_axis scatter (4 copies); Metal's fused kernel reads the logits and writes one
     # gradient (2 copies). Logits are in the model dtype (default_loss computes CE before .astype(float32)).
     logits = (4 if backend == "cpu" else 2) * tokens * spec.vocab_size * b
-    workspace = tokens * _backward_workspace(spec, b=b, adapters=adapters, backend=backend)
+    mlp_adapters = adapters and bool(set(targets) & {"gate", "up", "down"})
+    workspace = tokens * _backward_workspace(spec, b=b, adapters=mlp_adapters, backend=backend)
     # Gradients: LoRA's are tiny, all counted; full fine-tuning has one layer's at the activation peak.
     grads = trainable if adapters else layer_grads
     phase = "loss backward" if logits >= workspace else "layer backward"
     notes = []
     if method == "full" and n < spec.num_layers:
         notes.append(f"mlx-lm's full fine-tuning trains only the last {n} of {spec.num_layers} layers "
-                     "(lora.py:240-242); pass train_layers=-1 for all")
+                     "(lora.py:240-242); set the number of trained layers to all of them for a full fine-tune")
     return MlxEstimate(weights=weights, quant_constants=constants, adapters=adapter_bytes, gradients=grads,
                        optimizer_state=2 * trainable, saved_activations=saved, logits_and_loss=logits,
                        backward_workspace=workspace, peak_phase=phase,

@@ -36,7 +36,7 @@ class Stack:
     adapter_bytes: int         # LoRA A/B weights and grads
     base_trainable: bool       # full fine-tuning
     lora_modules: tuple[LoraModule, ...]   # per adapted layer
-    lora_layers: int           # how many layers carry adapters (mlx-lm: the last 16)
+    lora_layers: int           # how many (last) layers carry adapters (setup.train_layers)
     loss_kind: str             # "hf" | "chunked-fp32" | "chunked-kept" | "fused"
     fp32_logits_copy: bool
     logits_bytes: int          # dtype of the lm_head output
@@ -147,8 +147,9 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
         notes.append(f"{spec.model_type} has no SDPA path in transformers (attention soft-capping): it runs eager "
                      f"attention, which keeps the s x s scores")
     lora_layers = spec.num_layers
-    if recipe.lora_layers and setup.method != "full":
-        lora_layers = min(recipe.lora_layers, spec.num_layers)
+    if setup.train_layers and setup.method != "full":
+        # PEFT layers_to_transform / mlx-lm --num-layers: adapters on the last N layers only.
+        lora_layers = min(setup.train_layers, spec.num_layers)
     return Stack(method=setup.method, weight_bytes=weight_bytes, residual_bytes=residual_bytes,
                  compute_bytes=compute_bytes, autocast=autocast, autocast_dtype=autocast_dtype,
                  weight_dtype=weight_dtype, residual_cast=residual_cast, adapter_bytes=adapter_bytes,

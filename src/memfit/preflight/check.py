@@ -108,7 +108,8 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
                          warnings=warnings_for(spec, setup, est, hardware, ver))
     result.dataset = _dataset_check(mapped, file, spec, setup, tokenizer, result)
     if ver is not None and ver.status != "fits":
-        for s in suggest(spec, setup, hardware, lambda ref, new: command_line("estimate", ref, new.overrides()),
+        for s in suggest(spec, setup, hardware,
+                         lambda ref, new, hw=None: command_line("estimate", ref, {**new.overrides(), **(hw or {})}),
                          model_ref=str(mapped.model)):
             edits, reason = edits_for(tool, dict(s.changes), data)
             if not edits and reason is None:

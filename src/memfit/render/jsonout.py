@@ -62,6 +62,10 @@ def estimate_dict(est: Estimate, verdict: Verdict | None = None, extra: dict | N
         "download_bytes": est.download_bytes,
         "assumptions": list(est.assumptions),
     }
+    if est.kind == "mlx":
+        # One counter on Apple silicon: mx.get_peak_memory(). No CUDA counters are claimed.
+        del out["peak_allocated_bytes"], out["peak_reserved_bytes"]
+        out["mlx_peak_bytes"] = est.extra["mlx_peak_bytes"]
     if "expected_error" in est.extra:
         out["expected_error"] = est.extra["expected_error"]
     if verdict is not None:

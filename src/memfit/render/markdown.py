@@ -16,10 +16,13 @@ def render_report_markdown(report) -> str:
                   f"{gib(v.usable_bytes)} usable", ""]
     lines += [f"Peak at **{est.peak_phase}**.", "", "| component | GiB | counter |", "|---|---:|---|"]
     lines += [f"| {c.name} | {c.bytes / 2**30:.2f} | {c.counter} |" for c in est.components]
-    lines += ["", f"- peak allocated: {gib(est.peak_allocated_bytes)} (`torch.cuda.max_memory_allocated`)",
-              f"- peak reserved: {gib(est.peak_reserved_bytes)} (`torch.cuda.max_memory_reserved`)",
-              f"- device: {gib(est.device_bytes)} (nvidia-smi)",
-              f"- range: {gib(est.range_low_bytes)} to {gib(est.range_high_bytes)}"]
+    if est.kind == "mlx":
+        lines += ["", f"- peak: {gib(est.device_bytes)} (`mx.get_peak_memory()`)"]
+    else:
+        lines += ["", f"- peak allocated: {gib(est.peak_allocated_bytes)} (`torch.cuda.max_memory_allocated`)",
+                  f"- peak reserved: {gib(est.peak_reserved_bytes)} (`torch.cuda.max_memory_reserved`)",
+                  f"- device: {gib(est.device_bytes)} (nvidia-smi)"]
+    lines.append(f"- range: {gib(est.range_low_bytes)} to {gib(est.range_high_bytes)}")
     fitting = [s for s in r.suggestions if s.fits]
     if fitting:
         lines += ["", "#### Changes that fit", ""]

@@ -31,6 +31,8 @@ def setup_line(est: Estimate) -> str:
         parts.append(mark("quant", s.quant))
     if s.grad_accum > 1:
         parts.append(mark("grad_accum", f"grad-accum {s.grad_accum}"))
+    if s.train_layers:
+        parts.append(mark("train_layers", f"last {s.train_layers} layers"))
     if s.world_size > 1:
         parts.append(mark("shard", f"{s.shard} over {s.world_size} GPUs"))
     parts.append(mark("recipe", f"recipe {s.recipe}"))
@@ -60,6 +62,10 @@ def render_estimate(est: Estimate, verdict: Verdict | None = None) -> str:
     lines.append("")
     if est.kind == "rule-of-thumb":
         lines.append(f"  total                 {gib(est.device_bytes):>11}  ({est.device_bytes / 1e9:.1f} GB)")
+    elif est.kind == "mlx":
+        lines.append(f"  peak            {gib(est.device_bytes):>11}   mx.get_peak_memory() (mlx-lm prints "
+                     f"'Peak mem {est.device_bytes / 1e9:.3f} GB')")
+        lines.append(f"  range           {gib(est.range_low_bytes)} - {gib(est.range_high_bytes)}")
     else:
         lines.append(f"  peak allocated  {gib(est.peak_allocated_bytes):>11}   torch.cuda.max_memory_allocated")
         lines.append(f"  peak reserved   {gib(est.peak_reserved_bytes):>11}   torch.cuda.max_memory_reserved")
