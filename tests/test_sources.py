@@ -1,5 +1,5 @@
 """Every model source returns the same ModelSpec: catalog, config.json, model directory (with safetensors
-headers, sharded or not, pre-quantized), the local HF cache, and the Hub (mocked: tests never reach it)."""
+headers, sharded or not, pre-quantized), the local HF cache, and the Hub (a local HTTP server on 127.0.0.1: tests never reach the real one)."""
 
 import json
 import struct
@@ -135,61 +135,159 @@ def test_hf_cache_is_used_offline(tmp_path, monkeypatch):
     assert spec.params == load_model("llama-3.2-1b").params
 
 
-class _FakeTensorInfo:
-    def __init__(self, dtype, n):
-        self.dtype, self.parameter_count = dtype, n
+def _safetensors_bytes(tensors, dtype="BF16"):
+    header = {name: {"dtype": dtype, "shape": list(shape), "data_offsets": [0, 0]} for name, shape in tensors.items()}
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + b"\0" * 64     # a few weight bytes that must never be needed
 
 
-class _FakeFileMeta:
-    def __init__(self, tensors):
-        self.tensors = tensors
+class _Hub:
+    """A stand-in for the Hub's /{repo}/resolve/main/{file} endpoint: files, error codes and Range requests."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        self.files, self.requests, self.auth = {}, [], []
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                hub.requests.append((self.path, self.headers.get("Range")))
+                hub.auth.append(self.headers.get("Authorization"))
+                entry = hub.files.get(self.path)
+                if entry is None:
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "RepoNotFound" if self.path.count("/") < 5 or
+                                     not any(k.startswith(self.path.rsplit("/", 1)[0]) for k in hub.files)
+                                     else "EntryNotFound")
+                    self.end_headers()
+                    return
+                status, body = entry
+                rng = self.headers.get("Range")
+                if rng and status == 200:
+                    start, end = map(int, rng.removeprefix("bytes=").split("-"))
+                    body, status = body[start:end + 1], 206
+                self.send_response(status)
+                if status == 403:
+                    self.send_header("X-Error-Code", "GatedRepo")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def add(self, repo, name, body, status=200):
+        self.files[f"/{repo}/resolve/main/{name}"] = (status, body if isinstance(body, bytes) else body.encode())
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
-class _FakeMeta:
-    def __init__(self, files):
-        self.files_metadata = files
-
-
-def test_hub_fetches_only_config_and_metadata(tmp_path, monkeypatch):
-    import huggingface_hub
-
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    server = _Hub()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    fetched = []
-    config_path = tmp_path / "downloaded-config.json"
-    config_path.write_text(json.dumps(LLAMA_CFG))
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    yield server
+    server.close()
 
-    def fake_download(repo_id, filename, **kw):
-        fetched.append((repo_id, filename))
-        return str(config_path)
 
-    def fake_metadata(self, repo_id, **kw):
-        fetched.append((repo_id, "safetensors-metadata"))
-        return _FakeMeta({"model.safetensors": _FakeFileMeta({
-            "model.embed_tokens.weight": _FakeTensorInfo("BF16", 1000),
-            "lm_head.weight": _FakeTensorInfo("BF16", 1000),   # tied: skipped
-            "model.norm.weight": _FakeTensorInfo("BF16", 24)})})
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    """HF_ENDPOINT at a port nothing listens on: connection refused, as with no network."""
+    import socket
 
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    monkeypatch.setattr(huggingface_hub.HfApi, "get_safetensors_metadata", fake_metadata)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+
+def test_hub_reads_only_config_and_safetensors_headers(hub):
+    hub.add("newco/brand-new-model", "config.json", json.dumps(LLAMA_CFG))
+    hub.add("newco/brand-new-model", "model.safetensors", _safetensors_bytes({
+        "model.embed_tokens.weight": (1000,), "lm_head.weight": (1000,),    # tied: skipped
+        "model.norm.weight": (24,)}))
     spec = load_model("newco/brand-new-model")
-    assert fetched == [("newco/brand-new-model", "config.json"), ("newco/brand-new-model", "safetensors-metadata")]
     assert spec.source == "hub:newco/brand-new-model/config.json"
     assert spec.exact_params == 1024
+    paths = [p.rsplit("/", 1)[1] for p, _ in hub.requests]
+    assert paths == ["config.json", "model.safetensors.index.json", "model.safetensors"]
+    assert hub.requests[-1][1] == "bytes=0-99999"     # only the header's bytes, never the weights
 
 
-def test_hub_offline_gives_a_clear_error(tmp_path, monkeypatch):
-    import huggingface_hub
+def test_hub_sharded_checkpoint(hub):
+    repo = "newco/sharded"
+    hub.add(repo, "config.json", json.dumps(dict(LLAMA_CFG, tie_word_embeddings=False)))
+    hub.add(repo, "model.safetensors.index.json", json.dumps({"weight_map": {
+        "a.weight": "model-00001-of-00002.safetensors", "b.weight": "model-00002-of-00002.safetensors"}}))
+    hub.add(repo, "model-00001-of-00002.safetensors", _safetensors_bytes({"a.weight": (10, 10)}))
+    hub.add(repo, "model-00002-of-00002.safetensors", _safetensors_bytes({"b.weight": (5,)}, dtype="F32"))
+    spec = load_model(repo)
+    assert spec.exact_params == 105 and spec.checkpoint_dtype == "bf16"
 
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
 
-    def no_network(repo_id, filename, **kw):
-        raise ConnectionError("Failed to resolve 'huggingface.co'")
+def test_hub_without_safetensors_uses_config_count(hub):
+    hub.add("newco/bin-only", "config.json", json.dumps(LLAMA_CFG))
+    spec = load_model("newco/bin-only")
+    assert spec.exact_params is None and spec.params == load_model("llama-3.2-1b").params
+    assert any("no safetensors" in note for note in spec.notes)
 
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_network)
-    with pytest.raises(UnknownModelError, match="are you offline"):
-        load_model("newco/brand-new-model")
+
+@pytest.mark.parametrize("setup,match", [
+    (lambda hub: None, "not on the Hugging Face Hub"),
+    (lambda hub: hub.add("newco/m", "config.json", "", status=403), "gated"),
+    (lambda hub: hub.add("newco/m", "config.json", "{}", status=500), "answered HTTP 500"),
+    (lambda hub: hub.add("newco/m", "config.json", '{"model_type": "llama", "hidden_size": NaN}'),
+     "hidden_size is NaN"),
+    (lambda hub: hub.add("newco/m", "config.json", b"\x89PNG\r\n\x1a\n\0\0"), "not UTF-8"),
+])
+def test_hub_errors_are_one_clean_message(hub, setup, match):
+    setup(hub)
+    with pytest.raises((UnknownModelError, SourceError), match=match) as info:
+        load_model("newco/m")
+    assert "\n" not in str(info.value)
+
+
+def test_hub_gets_the_token_and_a_cdn_never_does(hub):
+    import urllib.request
+
+    from memfit.sources.hub import _SameHostAuth
+
+    hub.add("newco/brand-new-model", "config.json", json.dumps(LLAMA_CFG))
+    load_model("newco/brand-new-model")
+    assert hub.auth == ["Bearer hf_test_token"] * 3
+    # redirects keep Authorization on the same host and drop it for another (the Hub sends weights to a CDN)
+    req = urllib.request.Request("http://127.0.0.1:1/x", headers={"Authorization": "Bearer secret"})
+    other = _SameHostAuth().redirect_request(req, None, 302, "Found", {}, "http://cdn.example/x")
+    same = _SameHostAuth().redirect_request(req, None, 302, "Found", {}, "http://127.0.0.1:1/y")
+    assert not other.has_header("Authorization") and same.has_header("Authorization")
+
+
+def test_unknown_hub_id_offline_returns_one_line_with_a_suggestion(offline, capsys):
+    with pytest.raises(UnknownModelError) as info:
+        load_model("meta-lama/Llama-3.1-8B")
+    message = str(info.value)
+    assert "cannot connect" in message and "did you mean meta-llama/Llama-3.1-8B " in message
+    assert info.value.candidates[0] == "meta-llama/Llama-3.1-8B" and info.value.name == "meta-lama/Llama-3.1-8B"
+    assert "\n" not in message
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""      # no retry chatter from huggingface_hub
 
 
 def test_hf_hub_offline_env(tmp_path, monkeypatch):
@@ -197,3 +295,13 @@ def test_hf_hub_offline_env(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UnknownModelError, match="HF_HUB_OFFLINE"):
         load_model("newco/brand-new-model")
+
+
+def test_cli_offline_hub_id_is_one_error_line(offline, capsys):
+    from memfit.cli import main
+
+    assert main(["estimate", "meta-lama/Llama-3.1-8B"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: ")
+    assert "meta-llama/Llama-3.1-8B" in captured.err
