@@ -37,12 +37,13 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
-def shorten(text: str, limit: int = 80) -> str:
-    """A quoted, printable, bounded rendering of user text for messages: 'abc…' (5000 characters)."""
-    text = str(text)
-    if len(text) <= limit:
-        return repr(printable(text))
-    return f"{printable(text[:limit])!r}… ({len(text):,} characters)"
+def shorten(value, limit: int = 80) -> str:
+    """A printable, bounded rendering of a value for messages: text quoted ('abc…' (5,000 characters)),
+    anything else as its repr (True, -3, [1, 2])."""
+    text = value if isinstance(value, str) else repr(value)
+    shown = printable(text[:limit])
+    shown = repr(shown) if isinstance(value, str) else shown
+    return shown if len(text) <= limit else f"{shown}… ({len(text):,} characters)"
 
 
 class MemfitError(Exception):

@@ -42,12 +42,15 @@ class _NonFinite:
 def parse_json(text: str | bytes, where: str) -> object:
     """json.loads without Python's extensions: NaN, Infinity and -Infinity are refused with the key that held
     them; nesting too deep for the parser is a SourceError, not a RecursionError."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")     # json.loads would guess UTF-16/32 from the bytes; the formats say UTF-8
+        except UnicodeDecodeError as exc:
+            raise SourceError(f"{where}: not UTF-8 text (byte {text[exc.start]:#04x} at offset {exc.start})") from None
     try:
-        data = json.loads(text, parse_constant=_NonFinite)
+        data = json.loads(text, parse_constant=_NonFinite, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise SourceError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except UnicodeDecodeError:
-        raise SourceError(f"{where}: not UTF-8 text") from None
     except RecursionError:
         raise SourceError(f"{where}: JSON nested too deeply to be a config") from None
     bad = _find_non_finite(data)
@@ -56,6 +59,12 @@ def parse_json(text: str | bytes, where: str) -> object:
         raise SourceError(f"{where}: {key or 'the document'} is {value}, which JSON does not allow "
                           f"(a finite number is needed)")
     return data
+
+
+def _finite_float(text: str):
+    """1e400 parses to inf in Python; keep the literal so the key can be named."""
+    value = float(text)
+    return value if math.isfinite(value) else _NonFinite(text)
 
 
 def _find_non_finite(data) -> tuple[str, str] | None:
