@@ -157,3 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `memfit models | head`
         pass
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

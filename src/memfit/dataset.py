@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import MissingExtraError, SourceError
+from .errors import MissingExtraError, SourceError, shorten
 
 DATASET_HINT = 'pip install "memfit[dataset]"  (tokenizers, pyarrow)'
 HISTOGRAM_BINS = 12
@@ -43,61 +43,198 @@ class LengthStats:
 
 
 # ---- reading ------------------------------------------------------------------------------------------------
+# A long-context example in one CSV cell can pass csv's default 128 KB field limit; 256 MiB bounds the memory a
+# single malformed (unterminated-quote) field can take while still reading any real example.
+CSV_FIELD_LIMIT = 256 * 2**20
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+         (b"\xfe\xff", "UTF-16"))
+_LAYOUT_KEYS = (("chat", ("messages",)), ("chat", ("conversations",)), ("prompt-completion", ("prompt", "completion")),
+                ("instruction-output", ("instruction", "output")), ("text", ("text",)))
+
+
 def iter_records(path: Path):
+    """The examples of a dataset file, as dicts."""
+    for _, record in iter_located_records(path):
+        yield record
+
+
+def iter_located_records(path: Path):
+    """(where, record) for every example: `where` is "file:line" (JSONL, CSV), "file: item N" (JSON) or
+    "file: row N" (Parquet), so every later error can name the example it is about."""
     suffix = path.suffix.lower()
     if not path.is_file():
         raise SourceError(f"{path}: no such dataset file")
+    if suffix not in (".jsonl", ".ndjson", ".json", ".csv", ".parquet"):
+        raise SourceError(f"{path}: unknown dataset format {suffix!r} (use .jsonl, .json, .csv or .parquet)")
     try:
-        if suffix in (".jsonl", ".ndjson"):
-            with path.open(encoding="utf-8") as fh:
-                for number, line in enumerate(fh, 1):
-                    if line.strip():
-                        yield _json_line(line, path, number)
-        elif suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
-            rows = data.get("data", data.get("train")) if isinstance(data, dict) else data
-            if not isinstance(rows, list):
-                raise SourceError(f"{path}: expected a JSON list of examples (or {{\"data\": [...]}})")
-            yield from rows
-        elif suffix == ".csv":
-            with path.open(encoding="utf-8", newline="") as fh:
-                yield from csv.DictReader(fh)
-        elif suffix == ".parquet":
-            yield from _parquet_rows(path)
-        else:
-            raise SourceError(f"{path}: unknown dataset format {suffix!r} (use .jsonl, .json, .csv or .parquet)")
-    except json.JSONDecodeError as exc:
-        raise SourceError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except UnicodeDecodeError:
-        raise SourceError(f"{path}: not UTF-8 text") from None
+        with path.open("rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not head:
+        raise SourceError(f"{path}: empty file")
+    if suffix == ".parquet":
+        yield from _parquet_rows(path)
+        return
+    for bom, encoding in _BOMS:
+        if head.startswith(bom):
+            raise SourceError(f"{path}: the file is {encoding} text; save it as UTF-8")
+    if suffix in (".jsonl", ".ndjson"):
+        yield from _jsonl_rows(path)
+    elif suffix == ".json":
+        yield from _json_rows(path)
+    else:
+        yield from _csv_rows(path)
 
 
-def _json_line(line: str, path: Path, number: int) -> dict:
+def _decode(raw: bytes, where: str) -> str:
     try:
-        return json.loads(line)
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{where}: not UTF-8 text (byte {raw[exc.start]:#04x} at column {exc.start + 1}; "
+                          f"latin-1 or Windows text? save the file as UTF-8)") from None
+
+
+def _loads(text: str, where: str):
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SourceError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        raise SourceError(f"{where}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise SourceError(f"{where}: JSON nested too deeply") from None
+
+
+def _jsonl_rows(path: Path):
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            where = f"{path}:{number}"
+            line = _decode(raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw, where)
+            if line.strip():
+                yield where, _json_line(line, where)
+
+
+def _json_line(line: str, where: str) -> dict:
+    record = _loads(line, where)
+    if not isinstance(record, dict):
+        raise SourceError(f"{where}: expected one JSON object per line, got a JSON {_kind(record)}")
+    return record
+
+
+def _json_rows(path: Path):
+    data = _loads(_decode(path.read_bytes().removeprefix(b"\xef\xbb\xbf"), str(path)), str(path))
+    rows = data.get("data", data.get("train")) if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        raise SourceError(f"{path}: expected a JSON list of examples (or {{\"data\": [...]}})")
+    for index, record in enumerate(rows):
+        where = f"{path}: item {index}"
+        if not isinstance(record, dict):
+            raise SourceError(f"{where}: expected a JSON object, got a JSON {_kind(record)}")
+        yield where, record
+
+
+def _csv_rows(path: Path):
+    previous = csv.field_size_limit()
+    csv.field_size_limit(max(previous, CSV_FIELD_LIMIT))
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as fh:
+            reader = csv.DictReader(fh, strict=True)   # a stray quote is an error, not a silent merge
+            try:
+                for row in reader:
+                    where = f"{path}:{reader.line_num}"
+                    if None in row:
+                        raise SourceError(f"{where}: {len(row[None])} more field(s) than the header's "
+                                          f"{len(reader.fieldnames)} columns")
+                    yield where, row
+            except csv.Error as exc:
+                # DictReader.line_num lags on errors; the underlying reader's counts the line being parsed
+                raise SourceError(f"{path}:{reader.reader.line_num}: not valid CSV ({exc})") from None
+            except UnicodeDecodeError as exc:
+                raise SourceError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x}, near line "
+                                  f"{reader.reader.line_num + 1}; latin-1 or Windows text? save the file as UTF-8)") from None
+    finally:
+        csv.field_size_limit(previous)
 
 
 def _parquet_rows(path: Path):
     try:
+        import pyarrow
         import pyarrow.parquet as pq
     except ImportError:
         raise MissingExtraError(f"reading Parquet needs pyarrow: {DATASET_HINT}") from None
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-        yield from batch.to_pylist()
+    row = 0
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+            for record in batch.to_pylist():
+                yield f"{path}: row {row}", record
+                row += 1
+    except (pyarrow.ArrowException, OSError) as exc:
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise SourceError(f"{path}: not a readable Parquet file (at row {row}: {detail})") from None
 
 
-def detect_layout(record: dict) -> str:
+def _kind(value) -> str:
+    return {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+
+
+def detect_layout(record: dict, where: str = "dataset") -> str:
     if not isinstance(record, dict):
-        raise SourceError("dataset examples must be objects (dicts), one per line or list item")
-    for layout, keys in (("chat", ("messages",)), ("chat", ("conversations",)), ("prompt-completion",
-                         ("prompt", "completion")), ("instruction-output", ("instruction", "output")),
-                         ("text", ("text",))):
+        raise SourceError(f"{where}: dataset examples must be objects (dicts), one per line or list item")
+    for layout, keys in _LAYOUT_KEYS:
         if all(k in record for k in keys):
             return layout
-    raise SourceError(f"cannot tell the dataset layout from its keys {sorted(record)[:8]}: expected text, "
+    keys = [shorten(k, 40) for k in sorted(map(str, record))[:8]]
+    raise SourceError(f"{where}: cannot tell the dataset layout from its keys [{', '.join(keys)}]: expected text, "
                       f"prompt/completion, instruction/output or messages")
+
+
+def checked_record(record: dict, layout: str, where: str) -> dict:
+    """The fields `layout` needs, each checked: a missing or wrongly typed field names the example."""
+    if layout == "chat":
+        key = "messages" if "messages" in record else "conversations"
+        if key not in record:
+            raise SourceError(f"{where}: no 'messages' (the dataset's layout is chat, from its first example)")
+        return {"messages": _messages(record[key], key, where)}
+    needed = {"prompt-completion": ("prompt", "completion"), "instruction-output": ("instruction", "output"),
+              "text": ("text",)}[layout]
+    out = {}
+    for key in needed:
+        if key not in record:
+            raise SourceError(f"{where}: no {key!r} field (the dataset's layout is {layout}, from its first "
+                              f"example)")
+        out[key] = _string(record[key], key, where)
+    if layout == "instruction-output":
+        value = record.get("input")
+        out["input"] = "" if value is None else _string(value, "input", where)
+    return out
+
+
+def _string(value, key: str, where: str) -> str:
+    if not isinstance(value, str):
+        raise SourceError(f"{where}: {key!r} must be text, got {'null' if value is None else _kind(value)} "
+                          f"{shorten(value, 40) if value is not None else ''}".rstrip())
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:   # "\ud800" escapes in JSON: no tokenizer can encode a lone surrogate
+        raise SourceError(f"{where}: {key!r} holds an unpaired UTF-16 surrogate (\\ud800-\\udfff escape)") from None
+    return value
+
+
+def _messages(messages, key: str, where: str) -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise SourceError(f"{where}: {key!r} must be a non-empty list of {{role, content}} objects, got "
+                          f"{_kind(messages)} {shorten(messages, 40)}")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise SourceError(f"{where}: {key}[{i}] must be an object with role and content, got {_kind(message)}")
+        role = message.get("role", message.get("from", "user"))
+        content = message.get("content", message.get("value", ""))
+        if isinstance(content, list):     # multimodal-style parts: [{"type": "text", "text": ...}]
+            parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("text") is not None]
+            content = "".join(_string(p, f"{key}[{i}].content", where) for p in parts)
+        out.append({"role": _string(role, f"{key}[{i}].role", where),
+                    "content": "" if content is None else _string(content, f"{key}[{i}].content", where)})
+    return out
 
 
 # ---- tokenizing -------------------------------------------------------------------------------------------------
@@ -112,7 +249,11 @@ class _Tokenizer:
             except ImportError:
                 raise MissingExtraError("a tokenizer directory needs transformers: pip install "
                                         "\"memfit[trace]\"; or pass its tokenizer.json") from None
-            tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            try:
+                tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            except Exception as exc:   # transformers raises OSError, ValueError, JSON errors... for a bad folder
+                detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                raise SourceError(f"{path}: cannot load its tokenizer ({detail})") from None
             self.encode = lambda text: len(tok(text, add_special_tokens=True)["input_ids"])
             if getattr(tok, "chat_template", None):
                 self.chat = lambda messages: _count_ids(tok.apply_chat_template(messages, tokenize=True))
@@ -131,19 +272,18 @@ class _Tokenizer:
         self.encode = lambda text: len(tok.encode(text).ids)
 
     def count(self, record: dict, layout: str) -> int:
+        """Tokens of one example; `record` is what checked_record returned."""
         if layout == "chat":
-            messages = record.get("messages") or record.get("conversations") or []
-            messages = [{"role": m.get("role", m.get("from", "user")), "content": m.get("content", m.get("value", ""))}
-                        for m in messages]
+            messages = record["messages"]
             if self.chat:
                 return self.chat(messages)
             return self.encode("\n".join(f"{m['role']}: {m['content']}" for m in messages))
         if layout == "prompt-completion":
             return self.encode(f"{record['prompt']}{record['completion']}")
         if layout == "instruction-output":
-            parts = [record["instruction"], record.get("input") or "", record["output"]]
+            parts = [record["instruction"], record["input"], record["output"]]
             return self.encode("\n".join(p for p in parts if p))
-        return self.encode(str(record["text"]))
+        return self.encode(record["text"])
 
 
 def _count_ids(encoded) -> int:
@@ -158,9 +298,15 @@ def _count_ids(encoded) -> int:
 def token_lengths(dataset: str, tokenizer: str, progress: bool = False) -> tuple[list[int], str]:
     path, tok = Path(dataset).expanduser(), _Tokenizer(Path(tokenizer).expanduser())
     lengths, layout, start = [], None, time.perf_counter()
-    for record in iter_records(path):
-        layout = layout or detect_layout(record)
-        lengths.append(tok.count(record, layout))
+    for where, record in iter_located_records(path):
+        layout = layout or detect_layout(record, where)
+        record = checked_record(record, layout, where)
+        try:
+            lengths.append(tok.count(record, layout))
+        except Exception as exc:   # a chat template that rejects these roles, a tokenizer's own error
+            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise SourceError(f"{where}: the tokenizer failed on this example ({type(exc).__name__}: "
+                              f"{detail})") from None
         if progress and len(lengths) % 5000 == 0 and time.perf_counter() - start > 2:
             print(f"\rdataset: {len(lengths):,} examples tokenized", end="", file=sys.stderr, flush=True)
     if progress and time.perf_counter() - start > 2:

@@ -6,13 +6,14 @@ Order: nvidia-smi (the driver's view, every NVIDIA GPU), torch.cuda when torch i
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import sys
 
-from .errors import InvalidSetupError
-from .hardware import Hardware, mac_usable_bytes
-from .units import MiB
+from .errors import InvalidSetupError, printable
+from .hardware import MIN_DEVICE_BYTES, Hardware, mac_usable_bytes
+from .units import MAX_DEVICE_BYTES, GiB, MiB
 
 
 def _run(argv: list[str]) -> str | None:
@@ -41,9 +42,12 @@ def _nvidia_smi(run) -> Hardware | None:
     for line in out.strip().splitlines():
         name, _, mib = line.rpartition(",")
         try:
-            gpus.append((name.strip(), int(float(mib.strip()) * MiB)))
-        except ValueError:
+            nbytes = float(mib.strip()) * MiB
+        except ValueError:      # "[N/A]", "[Not Supported]" on some vGPUs and MIG slices
             continue
+        # A probe can print nonsense ("inf", "0" on a wedged driver): only a size a card can have counts.
+        if math.isfinite(nbytes) and MIN_DEVICE_BYTES <= nbytes <= MAX_DEVICE_BYTES:
+            gpus.append((printable(name.strip())[:100], int(nbytes)))
     if not gpus:
         return None
     name, nbytes = min(gpus, key=lambda g: g[1])     # with mixed cards, the smallest one limits a run
@@ -66,6 +70,8 @@ def _torch_cuda(probe) -> Hardware | None:
     if not probe:
         return None
     name, nbytes = probe
+    if not isinstance(nbytes, int) or not MIN_DEVICE_BYTES <= nbytes <= MAX_DEVICE_BYTES:
+        return None
     return Hardware(name=name, kind="gpu", capacity_bytes=nbytes, usable_bytes=nbytes, slug=_catalog_slug(name),
                     source="detected: torch.cuda.get_device_properties(0).total_memory")
 
@@ -75,9 +81,12 @@ def _mac(run) -> Hardware | None:
     if not ram or not ram.strip().isdigit():
         return None
     ram_bytes = int(ram.strip())
+    if not GiB <= ram_bytes <= MAX_DEVICE_BYTES:
+        return None
     wired = run(["sysctl", "-n", "iogpu.wired_limit_mb"])
-    chip = (run(["sysctl", "-n", "machdep.cpu.brand_string"]) or "Apple silicon").strip()
-    if wired and wired.strip().isdigit() and int(wired.strip()) > 0:
+    chip = printable((run(["sysctl", "-n", "machdep.cpu.brand_string"]) or "Apple silicon").strip())[:100]
+    # 0 means "macOS default"; a limit above the RAM cannot be wired, so the default applies then too.
+    if wired and wired.strip().isdigit() and 0 < int(wired.strip()) * MiB <= ram_bytes:
         usable, how = int(wired.strip()) * MiB, "detected: sysctl iogpu.wired_limit_mb"
     else:
         usable = mac_usable_bytes(ram_bytes)

@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .data import DATA_DIR
-from .errors import InvalidSetupError, UnknownHardwareError, did_you_mean
-from .units import GiB, parse_size
+from .errors import InvalidSetupError, UnknownHardwareError, did_you_mean, printable, shorten
+from .physics.overhead import CUDA_CONTEXT_BYTES
+from .units import MAX_DEVICE_BYTES, GiB, parse_size
+
+# A card smaller than the CUDA context (426 MiB, physics/overhead.py) cannot hold even an empty training run.
+MIN_DEVICE_BYTES = CUDA_CONTEXT_BYTES
+# The smallest Apple-silicon Mac has 8 GB (M1, 2020); Apple's GB are GiB.
+MIN_MAC_BYTES = 8 * GiB
 
 # recommendedMaxWorkingSetSize / RAM, observed (research/memory-physics.md §7):
 #   16 GB M4: 10.67 GB (exo-explore/exo#1672), 16 GB M3: 11.84 GB (AlexsJones/llmfit#754)   -> about 2/3
@@ -50,13 +56,15 @@ def _gpu_index() -> dict[str, dict]:
 
 
 def find_gpu(name: str) -> dict:
+    if not isinstance(name, str) or not name.strip():
+        raise UnknownHardwareError("no GPU name given (`memfit gpus` lists them)")
     key = name.strip().lower().replace("_", "-").replace(" ", "-")
     for candidate in (key, key.removeprefix("nvidia-").removeprefix("geforce-"), "rtx-" + key):
         entry = _gpu_index().get(candidate)
         if entry:
             return entry
-    raise UnknownHardwareError(f"unknown GPU {name!r}" + did_you_mean(key, [g["slug"] for g in gpu_catalog()],
-                                                                       "memfit gpus"))
+    raise UnknownHardwareError(f"unknown GPU {shorten(name, 60)}" +
+                               did_you_mean(key, [g["slug"] for g in gpu_catalog()], "memfit gpus"))
 
 
 def mac_usable_bytes(ram_bytes: int) -> int:
@@ -66,13 +74,27 @@ def mac_usable_bytes(ram_bytes: int) -> int:
     raise AssertionError("unreachable: the table ends with an open bucket")
 
 
-def _mac_ram_bytes(text: str) -> int:
-    """Mac RAM is sold in binary units: Apple's "36GB" is 36 GiB. An explicit GiB or a byte count is kept."""
-    nbytes = parse_size(text, "--mac")
+def _mac_ram_bytes(text: str | int, what: str = "--mac") -> int:
+    """Mac RAM is sold in binary units: Apple's "36GB" is 36 GiB. An explicit GiB or a byte count is kept.
+    --mac and --mac-wired-limit both go through here, so "--mac 36GB --mac-wired-limit 36GB" are equal."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    nbytes = parse_size(text, what)
     upper = str(text).strip().upper()
     if upper.endswith(("GB", "G")) and not upper.endswith("IB"):
         nbytes = round(nbytes / 1e9 * GiB)
     return nbytes
+
+
+def _check_bytes(value, what: str, low: int, low_why: str, high: int = MAX_DEVICE_BYTES) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSetupError(f"{what} must be a size like 24GiB or a whole number of bytes, got {shorten(value)}")
+    if value < low:
+        raise InvalidSetupError(f"{what} of {value / GiB:.3g} GiB is smaller than {low_why}; check the unit")
+    if value > high:
+        raise InvalidSetupError(f"{what} of {value / GiB:,.0f} GiB is larger than any single device (2 TiB); "
+                                f"check the unit")
+    return value
 
 
 def load_hardware(gpu: str | None = None, memory: str | int | None = None, mac: str | int | None = None,
@@ -90,23 +112,27 @@ def load_hardware(gpu: str | None = None, memory: str | int | None = None, mac: 
                         source=f"{entry['memory_source']}; {entry['source']}")
     if memory is not None:
         nbytes = memory if isinstance(memory, int) else parse_size(memory, "--memory")
+        _check_bytes(nbytes, "--memory", MIN_DEVICE_BYTES,
+                     f"the CUDA context alone ({MIN_DEVICE_BYTES / GiB:.2f} GiB), so nothing could train on it")
         notes = []
         if isinstance(memory, str) and memory.strip().upper().endswith(("GB", "G")) and "I" not in memory.upper():
             notes.append(f"{memory} read as {nbytes / 1e9:g}e9 bytes; a card sold as '{memory}' usually has "
                          f"{nbytes / 1e9:g} GiB: pass {memory.upper().replace('GB', 'GiB')} for that")
-        return Hardware(name=f"GPU with {memory}", kind="memory", capacity_bytes=nbytes, usable_bytes=nbytes,
-                        source="--memory (the card's own memory)", notes=tuple(notes))
-    ram = mac if isinstance(mac, int) else _mac_ram_bytes(mac)
+        return Hardware(name=f"GPU with {printable(str(memory))}", kind="memory", capacity_bytes=nbytes,
+                        usable_bytes=nbytes, source="--memory (the card's own memory)", notes=tuple(notes))
+    ram = _check_bytes(_mac_ram_bytes(mac), "--mac", MIN_MAC_BYTES,
+                       "any Apple-silicon Mac (8 GB); Apple's GB are GiB, so 16GB means 16 GiB")
     if mac_wired_limit is not None:
-        usable = mac_wired_limit if isinstance(mac_wired_limit, int) else parse_size(mac_wired_limit,
-                                                                                      "--mac-wired-limit")
+        usable = _check_bytes(_mac_ram_bytes(mac_wired_limit, "--mac-wired-limit"), "--mac-wired-limit",
+                              GiB, "1 GiB, below anything macOS lets the GPU wire")
         if usable > ram:
-            raise InvalidSetupError("--mac-wired-limit is larger than the Mac's RAM")
+            raise InvalidSetupError(f"--mac-wired-limit ({usable / GiB:g} GiB) is larger than the Mac's RAM "
+                                    f"({ram / GiB:g} GiB)")
         how = "the GPU wired limit you gave (sysctl iogpu.wired_limit_mb)"
     else:
         usable = mac_usable_bytes(ram)
         how = f"Metal's recommendedMaxWorkingSetSize, {usable / ram:.0%} of RAM at this size ({MAC_SOURCES})"
-    return Hardware(name=f"Apple silicon Mac with {mac} unified memory", kind="mac", capacity_bytes=ram,
-                    usable_bytes=usable, source=how,
+    return Hardware(name=f"Apple silicon Mac with {printable(str(mac))} unified memory", kind="mac",
+                    capacity_bytes=ram, usable_bytes=usable, source=how,
                     notes=("the OS and open apps share this RAM; MLX lets allocations pass the working-set limit "
                            "but the system then pages and slows down",))

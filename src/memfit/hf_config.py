@@ -6,11 +6,14 @@ name and default.
 
 from __future__ import annotations
 
-from .errors import SourceError
+import math
+
+from .errors import SourceError, printable, shorten
 
 
 class ConfigReader:
-    """Typed access to config keys with errors that name the key and the file."""
+    """Typed access to config keys with errors that name the key and the file. Ranges are checked once the
+    fields are assembled (ModelSpec.validate); here only the JSON types."""
 
     def __init__(self, config: dict, source: str):
         self.config, self.source = config, source
@@ -20,8 +23,10 @@ class ConfigReader:
             value = self.config.get(key)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-                raise SourceError(f"{self.source}: {key} must be an integer, got {value!r}")
+            # JSON has one number type: 4096.0 is accepted as 4096, 4096.5 and 1e400 (inf) are not.
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    (isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+                raise SourceError(f"{self.source}: {key} must be an integer, got {shorten(value)}")
             return int(value)
         if default is None:
             raise SourceError(f"{self.source}: config is missing {keys[0]}")
@@ -31,8 +36,8 @@ class ConfigReader:
         value = self.config.get(key, default)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SourceError(f"{self.source}: {key} must be a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SourceError(f"{self.source}: {key} must be a finite number, got {shorten(value)}")
         return float(value)
 
     def bool(self, key: str, default: bool) -> bool:
@@ -40,15 +45,32 @@ class ConfigReader:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise SourceError(f"{self.source}: {key} must be true or false, got {value!r}")
+            raise SourceError(f"{self.source}: {key} must be true or false, got {shorten(value)}")
         return value
+
+    def str(self, *keys: str, default: str) -> str:
+        """The first of `keys` that is set (activation names); a non-string is an error, not str(value)."""
+        for key in keys:
+            value = self.config.get(key)
+            if value is None or value == "":
+                continue
+            if not isinstance(value, str) or len(value) > 100:
+                raise SourceError(f"{self.source}: {key} must be a short string such as 'silu', got "
+                                  f"{shorten(value)}")
+            return printable(value)
+        return default
+
+
+def _per_head(hidden: int, heads: int) -> int:
+    """hidden / heads, or 0 ("not known", refused by validation) when heads is not positive: no ZeroDivision."""
+    return hidden // heads if heads > 0 else 0
 
 
 def read_llama_like(r: ConfigReader, traits: dict) -> dict:
     hidden = r.int("hidden_size")
     heads = r.int("num_attention_heads")
     kv_heads = r.int("num_key_value_heads", default=heads)
-    head_dim = r.int("head_dim", default=hidden // heads if heads else 0)
+    head_dim = r.int("head_dim", default=_per_head(hidden, heads))
     out = dict(
         hidden_size=hidden,
         intermediate_size=r.int("intermediate_size"),
@@ -72,6 +94,8 @@ def read_llama_like(r: ConfigReader, traits: dict) -> dict:
         out["sliding_window"] = None     # Qwen configs carry a window but do not use it by default
     if model_type == "gemma3_text":
         pattern = r.int("sliding_window_pattern", default=6)
+        if pattern < 1:
+            raise SourceError(f"{r.source}: sliding_window_pattern must be a positive integer, got {pattern}")
         out["sliding_fraction"] = (pattern - 1) / pattern
     elif model_type == "gemma2":
         out["sliding_fraction"] = 0.5
@@ -101,11 +125,11 @@ def _read_gpt2(r: ConfigReader, traits: dict) -> dict:
     return dict(
         hidden_size=hidden, intermediate_size=r.int("n_inner", default=4 * hidden),
         num_layers=r.int("n_layer", "num_hidden_layers"), num_heads=heads, num_kv_heads=heads,
-        head_dim=hidden // heads, vocab_size=r.int("vocab_size"),
+        head_dim=_per_head(hidden, heads), vocab_size=r.int("vocab_size"),
         tied_embeddings=r.bool("tie_word_embeddings", True),
         qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True,
         position_embeddings=r.int("n_positions", "max_position_embeddings", default=1024),
-        activation=str(r.config.get("activation_function", "gelu_new")),
+        activation=r.str("activation_function", default="gelu_new"),
         resid_dropout=r.float("resid_pdrop", 0.1) or 0.0,
         attn_dropout=r.float("attn_pdrop", 0.1) or 0.0,
         embd_dropout=r.float("embd_pdrop", 0.1) or 0.0,
@@ -117,13 +141,13 @@ def _read_neox(r: ConfigReader, traits: dict) -> dict:
     heads = r.int("num_attention_heads")
     return dict(
         hidden_size=hidden, intermediate_size=r.int("intermediate_size", default=4 * hidden),
-        num_layers=r.int("num_hidden_layers"), num_heads=heads, num_kv_heads=heads, head_dim=hidden // heads,
+        num_layers=r.int("num_hidden_layers"), num_heads=heads, num_kv_heads=heads, head_dim=_per_head(hidden, heads),
         vocab_size=r.int("vocab_size"), tied_embeddings=r.bool("tie_word_embeddings", False),
         qkv_bias=r.bool("attention_bias", True), o_bias=r.bool("attention_bias", True), mlp_bias=True,
         norm_bias=True, partial_rotary_factor=r.float("rotary_pct", 0.25) or 0.25,
         parallel_attn_mlp=r.bool("use_parallel_residual", True),
         resid_dropout=r.float("hidden_dropout", 0.0) or 0.0, attn_dropout=r.float("attention_dropout", 0.0) or 0.0,
-        activation=str(r.config.get("hidden_act", "gelu")),
+        activation=r.str("hidden_act", default="gelu"),
     )
 
 
@@ -139,7 +163,7 @@ def _read_falcon(r: ConfigReader, traits: dict) -> dict:
     return dict(
         hidden_size=hidden, intermediate_size=r.int("ffn_hidden_size", default=4 * hidden),
         num_layers=r.int("num_hidden_layers", "n_layer"), num_heads=heads, num_kv_heads=kv_heads,
-        head_dim=hidden // heads, vocab_size=r.int("vocab_size"),
+        head_dim=_per_head(hidden, heads), vocab_size=r.int("vocab_size"),
         tied_embeddings=r.bool("tie_word_embeddings", True),
         qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm_bias=True,
         parallel_attn_mlp=r.bool("parallel_attn", True),
@@ -157,7 +181,7 @@ def _read_phi(r: ConfigReader, traits: dict) -> dict:
                partial_rotary_factor=r.float("partial_rotary_factor", 0.5) or 0.5,
                resid_dropout=r.float("resid_pdrop", 0.0) or 0.0,
                embd_dropout=r.float("embd_pdrop", 0.0) or 0.0,
-               activation=str(r.config.get("hidden_act", "gelu_new")))
+               activation=r.str("hidden_act", default="gelu_new"))
     return out
 
 
@@ -177,8 +201,7 @@ def common_traits(traits: dict, r: ConfigReader) -> dict:
         sdpa_supported=traits.get("sdpa", True),
     )
     if "act" in traits and r.config.get("model_type") not in ("gpt2", "gpt_neox", "phi"):
-        act = r.config.get("hidden_activation") or r.config.get("hidden_act") or traits["act"]
-        out["activation"] = str(act)
+        out["activation"] = r.str("hidden_activation", "hidden_act", default=traits["act"])
     if "norms" in traits:
         out["norms_per_layer"] = traits["norms"]
     if traits.get("parallel"):

@@ -212,9 +212,9 @@ def host_verdict(est: Estimate, host_ram) -> HostVerdict | None:
     """The second verdict: the CPU RAM that offload needs against the machine's RAM."""
     if host_ram is None:
         return None
-    from .units import parse_size
+    from .units import parse_host_ram
 
-    ram = host_ram if isinstance(host_ram, int) else parse_size(host_ram, "--host-ram")
+    ram = host_ram if isinstance(host_ram, int) else parse_host_ram(host_ram)
     usable = int(ram * HOST_USABLE_SHARE)
     return HostVerdict("fits" if est.host_bytes <= usable else "does-not-fit", est.host_bytes, ram, usable)
 

@@ -139,10 +139,12 @@ def create_app(host: str = "127.0.0.1"):
                     chunks.append(chunk)
         except TimeoutError:
             raise RequestError(408, f"the request body did not arrive within {BODY_TIMEOUT_S} s") from None
-        try:
-            data = json.loads(b"".join(chunks).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            raise RequestError(400, "the body is not valid JSON") from None
+        from .sources.local import parse_json
+
+        try:   # strict JSON: no NaN or Infinity, bounded nesting (the same reader as config.json files)
+            data = parse_json(b"".join(chunks), "request body")
+        except SourceError as exc:
+            raise RequestError(400, f"the body is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise RequestError(400, "the body must be a JSON object of options")
         return data

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 
-from .errors import SourceError
+from .errors import SourceError, printable, shorten
 
 # What each transformers model_type builds. Sources: huggingface/transformers src/transformers/models/<type>/
 # modeling_<type>.py (v5.24). mlp: "gated" = act(gate(x)) * up(x) -> down; "plain" = fc2(act(fc1(x))).
@@ -170,24 +171,36 @@ class ModelSpec:
             raise SourceError(f"{source}: config is not a JSON object")
         if "text_config" in config and "hidden_size" not in config:
             # Multimodal wrappers (Gemma 3, Llama 4, ...) keep the language model in text_config.
-            merged = dict(config["text_config"])
+            text_config = config["text_config"]
+            if not isinstance(text_config, dict):
+                raise SourceError(f"{source}: text_config must be a JSON object (the language model's config), "
+                                  f"got {shorten(text_config)}")
+            merged = dict(text_config)
             merged.setdefault("model_type", config.get("model_type", ""))
             config = merged
-        model_type = str(config.get("model_type", "")).strip()
+        raw_type = config.get("model_type", "")
+        if not isinstance(raw_type, str):
+            raise SourceError(f"{source}: model_type must be a string, got {shorten(raw_type)}")
+        model_type = raw_type.strip()
         if not model_type:
             raise SourceError(f"{source}: config has no model_type")
         if model_type not in FAMILY_TRAITS:
             known = ", ".join(sorted(FAMILY_TRAITS))
-            raise SourceError(f"{source}: model_type {model_type!r} is not supported yet (supported: {known})")
+            raise SourceError(f"{source}: model_type {shorten(model_type)} is not supported yet (supported: {known})")
         traits = FAMILY_TRAITS[model_type]
         from .hf_config import READERS, ConfigReader, common_traits, read_llama_like
 
         reader = ConfigReader(config, source)
         kwargs = READERS.get(model_type, read_llama_like)(reader, traits)
         kwargs.update(common_traits(traits, reader))
-        kwargs.update(_dtype_and_quant(config))
+        kwargs.update(_dtype_and_quant(config, source))
+        try:
+            config_json = json.dumps(config, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError):
+            # Keys of mixed types or NaN from a caller's dict: the trace cannot rebuild from it, nothing else needs it.
+            config_json = None
         spec = cls(name=name, model_type=model_type, source=source, family=family or model_type,
-                   hf_config_json=json.dumps(config, sort_keys=True), **kwargs)
+                   hf_config_json=config_json, **kwargs)
         spec.validate()
         return spec
 
@@ -195,20 +208,36 @@ class ModelSpec:
         if self.rule_params is not None:
             return
         problems = []
-        for fld in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                    "vocab_size"):
+        for fld, (key, low, high) in _INT_LIMITS.items():
             value = getattr(self, fld)
-            if not isinstance(value, int) or value <= 0:
-                problems.append(f"{fld} must be a positive integer, got {value!r}")
+            if type(value) is not int or not low <= value <= high:
+                allowed = f"a positive integer up to {high:,}" if low == 1 else f"an integer from {low} to {high:,}"
+                problems.append(f"{key} must be {allowed}, got {shorten(value)}")
+        for fld, (key, low, high, low_open, optional) in _FLOAT_LIMITS.items():
+            value = getattr(self, fld)
+            if value is None and optional:
+                continue
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
+                (low < value if low_open else low <= value) and value <= high
+            if not ok:
+                bracket = "(" if low_open else "["
+                problems.append(f"{key} must be a number in {bracket}{low:g}, {high:g}], got {shorten(value)}")
+        if self.sliding_window is not None and (type(self.sliding_window) is not int or
+                                                not 1 <= self.sliding_window <= 2**31):
+            problems.append(f"sliding_window must be a positive number of tokens (or null), got "
+                            f"{shorten(self.sliding_window)}")
         if not problems:
             if self.num_heads % self.num_kv_heads:
                 problems.append(f"num_attention_heads ({self.num_heads}) is not a multiple of "
                                 f"num_key_value_heads ({self.num_kv_heads})")
-            if self.hidden_size > 1_000_000 or self.num_layers > 10_000 or self.vocab_size > 10_000_000:
-                problems.append("sizes are implausibly large (hidden > 1e6, layers > 1e4 or vocab > 1e7)")
             if self.is_moe and not 0 < self.experts_per_token <= self.num_experts:
                 problems.append(f"experts per token ({self.experts_per_token}) must be between 1 and "
                                 f"the number of experts ({self.num_experts})")
+        if not problems:
+            params = self.params
+            if params > MAX_PARAMS:
+                problems.append(f"these sizes make {params:.3g} parameters, more than any model that exists "
+                                f"(limit {MAX_PARAMS:.0e}); check hidden_size, layers, vocab and experts")
         if problems:
             raise SourceError(f"{self.source}: " + "; ".join(problems))
 
@@ -229,13 +258,56 @@ _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "bf16": "bf
            "fp32": "fp32", "half": "fp16", "float": "fp32"}
 
 
-def _dtype_and_quant(config: dict) -> dict:
-    raw = str(config.get("dtype") or config.get("torch_dtype") or "bfloat16")
-    out: dict = {"checkpoint_dtype": _DTYPES.get(raw, "bf16")}
+def _dtype_and_quant(config: dict, source: str) -> dict:
+    raw = config.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    key = raw.strip().lower().removeprefix("torch.") if isinstance(raw, str) else None
+    if key == "auto":
+        key = "bfloat16"     # "auto" names no dtype; bf16 is what current checkpoints ship
     quant = config.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):
+        raise SourceError(f"{source}: quantization_config must be a JSON object, got {shorten(quant)}")
+    if key not in _DTYPES:
+        # An fp8 or int dtype without a quantization_config: memfit's weights model (bf16, fp16, fp32) would be
+        # wrong by 2x or more, so say what the file holds instead of guessing.
+        if not isinstance(quant, dict):
+            raise SourceError(f"{source}: torch_dtype {shorten(raw)} is not supported (memfit models bfloat16, "
+                              f"float16 and float32 checkpoints; fp8 or integer weights need their "
+                              f"quantization_config)")
+        key = "bfloat16"     # a quantized checkpoint's stored dtype is its quant method's; compute is bf16
+    out: dict = {"checkpoint_dtype": _DTYPES[key]}
     if isinstance(quant, dict):
-        method = str(quant.get("quant_method", "unknown"))
+        method = quant.get("quant_method", "unknown")
+        method = printable(method)[:40] if isinstance(method, str) else "unknown"
         if method == "bitsandbytes":
-            method = "bnb-4bit" if quant.get("load_in_4bit") else "bnb-8bit"
+            method = "bnb-4bit" if quant.get("load_in_4bit") is True else "bnb-8bit"
         out["prequantized"] = method
     return out
+
+
+MAX_PARAMS = 10**14   # 100T parameters: twenty times the largest model published; a bigger count is a typo
+# Bounds on each size: far beyond the largest real model (hidden 16384 / 25600, 126 layers, vocab 262144,
+# 256-384 experts), so only nonsense fails, and the message names the config key and the allowed range.
+_INT_LIMITS = {   # field: (config.json key, lowest, highest)
+    "hidden_size": ("hidden_size", 1, 2**18),
+    "intermediate_size": ("intermediate_size", 1, 2**21),
+    "num_layers": ("num_hidden_layers", 1, 10_000),
+    "num_heads": ("num_attention_heads", 1, 2**16),
+    "num_kv_heads": ("num_key_value_heads", 1, 2**16),
+    "head_dim": ("head_dim", 1, 2**16),
+    "vocab_size": ("vocab_size", 1, 10**7),
+    "num_experts": ("num_experts", 0, 2**16),
+    "experts_per_token": ("num_experts_per_tok", 0, 2**16),
+    "moe_intermediate_size": ("moe_intermediate_size", 0, 2**21),
+    "shared_expert_intermediate_size": ("shared_expert_intermediate_size", 0, 2**21),
+    "position_embeddings": ("max_position_embeddings", 0, 2**24),
+    "norms_per_layer": ("norms per layer", 0, 16),
+}
+_FLOAT_LIMITS = {   # field: (config.json key, lowest, highest, lowest excluded, may be null)
+    "partial_rotary_factor": ("partial_rotary_factor", 0.0, 1.0, True, False),
+    "resid_dropout": ("resid_pdrop / hidden_dropout", 0.0, 0.99, False, False),
+    "attn_dropout": ("attention_dropout", 0.0, 0.99, False, False),
+    "embd_dropout": ("embd_pdrop", 0.0, 0.99, False, False),
+    "attn_logit_softcap": ("attn_logit_softcapping", 0.0, 1e6, True, True),
+    "final_logit_softcap": ("final_logit_softcapping", 0.0, 1e6, True, True),
+    "sliding_fraction": ("sliding_window_pattern", 0.0, 1.0, False, False),
+}

@@ -6,9 +6,10 @@ matches its divisor (accelerate and llm-analysis print GiB values labelled "GB",
 
 from __future__ import annotations
 
+import math
 import re
 
-from .errors import InvalidSetupError
+from .errors import InvalidSetupError, shorten
 
 GiB = 2**30
 GB = 10**9
@@ -36,24 +37,44 @@ _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 # Nothing in this field has more than 2 TiB on one device; a larger number is a typo.
 MAX_DEVICE_BYTES = 2 * 2**40
+# Host RAM is another scale: 4-32 TB servers exist (8-socket machines), so --host-ram has its own bound.
+MAX_HOST_BYTES = 64 * 2**40
+# A bare number is a byte count only when it is at least this large: every real device has over 1 GiB, and
+# "--mac 36" or "--memory 1000000" is a size missing its unit, not 36 or 10^6 bytes.
+MIN_BARE_BYTES = 2**30
+# Upper bounds by the option a size is for; commands.py parses --host-ram through parse_size by its label.
+_MAX_BYTES_FOR = {"--host-ram": (MAX_HOST_BYTES, "any machine's RAM (64 TiB)")}
 
 
-def parse_size(text: str, what: str = "size") -> int:
-    """Parse '24GB', '24GiB', '24G', '80 GB', '1.5TB' into bytes. Raises InvalidSetupError on anything else."""
-    match = _SIZE_RE.match(str(text))
+def parse_size(text: str, what: str = "size", *, max_bytes: int | None = None) -> int:
+    """Parse '24GB', '24GiB', '24G', '80 GB', '1.5TB' into bytes. Raises InvalidSetupError on anything else.
+
+    The upper bound is `max_bytes`, else the bound for `what` (--host-ram: 64 TiB), else 2 TiB (one device)."""
+    raw = str(text)
+    shown = shorten(raw, 40)
+    match = _SIZE_RE.match(raw) if len(raw) <= 100 else None
     if not match:
-        raise InvalidSetupError(f"{what} {text!r} is not a size (examples: 24GB, 24GiB, 80GB)")
+        raise InvalidSetupError(f"{what} {shown} is not a size (examples: 24GB, 24GiB, 80GB)")
     number, unit = float(match.group(1)), match.group(2).lower()
     if unit not in _UNITS:
-        raise InvalidSetupError(f"{what} {text!r} has an unknown unit {match.group(2)!r} (use GB or GiB)")
-    if unit in ("", "b") and number < 1e6:
-        raise InvalidSetupError(f"{what} {text!r} has no unit (write e.g. {text}GB or {text}GiB)")
+        raise InvalidSetupError(f"{what} {shown} has an unknown unit {shorten(match.group(2), 20)} (use GB or GiB)")
+    if unit == "" and number < MIN_BARE_BYTES:
+        raise InvalidSetupError(f"{what} {shown} has no unit (write e.g. {raw.strip()}GB or {raw.strip()}GiB)")
+    if not math.isfinite(number * _UNITS[unit]):
+        raise InvalidSetupError(f"{what} {shown} is too large to be a size")
     nbytes = int(round(number * _UNITS[unit]))
     if nbytes <= 0:
-        raise InvalidSetupError(f"{what} {text!r} must be positive")
-    if nbytes > MAX_DEVICE_BYTES:
-        raise InvalidSetupError(f"{what} {text!r} is larger than any single device (2 TiB); check the unit")
+        raise InvalidSetupError(f"{what} {shown} must be positive")
+    limit, label = (max_bytes, f"{max_bytes:,} bytes") if max_bytes else \
+        _MAX_BYTES_FOR.get(what, (MAX_DEVICE_BYTES, "any single device (2 TiB)"))
+    if nbytes > limit:
+        raise InvalidSetupError(f"{what} {shown} is larger than {label}; check the unit")
     return nbytes
+
+
+def parse_host_ram(text: str) -> int:
+    """--host-ram: a machine's RAM, up to 64 TiB (not a device's 2 TiB)."""
+    return parse_size(text, "--host-ram", max_bytes=MAX_HOST_BYTES)
 
 
 def gib(nbytes: int | float) -> str:
