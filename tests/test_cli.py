@@ -62,13 +62,13 @@ def test_bare_size_on_a_mac(capsys):
     assert data["verdict"]["status"] == "fits" and data["verdict"]["usable_bytes"] == 27 * GiB
 
 
-@pytest.mark.parametrize("command", [["models"], ["models", "--family", "qwen2.5"], ["gpus"], ["rule"],
+@pytest.mark.parametrize("command", [["models"], ["models", "--family", "qwen2.5"], ["gpus"], ["macs"], ["rule"],
                                      ["explain", "meta-llama/Llama-3.1-8B", "--method", "full"]])
 def test_listing_commands(capsys, command):
     code, out, err = run(capsys, *command)
     assert code == 0 and out.strip() and err == ""
     code, out, _ = run(capsys, *command, "--format", "json")
-    assert code == 0 and json.loads(out)["schema_version"] == 1
+    assert code == 0 and json.loads(out)["schema_version"] == 2
 
 
 def test_models_family_filter(capsys):

@@ -27,7 +27,7 @@ def test_unknown_gpu_suggests():
         load_hardware(gpu="rtx-4900")
 
 
-@pytest.mark.parametrize("ram_gib,usable_gib", [(16, 16 * 2 / 3), (24, 18), (36, 27), (64, 48), (128, 128 * 0.84)])
+@pytest.mark.parametrize("ram_gib,usable_gib", [(16, 16 * 2 / 3), (24, 16), (32, 32 * 2 / 3), (36, 27), (64, 48), (128, 128 * 0.84)])
 def test_mac_working_set(ram_gib, usable_gib):
     # observed: 16 GB -> 10.7-11.8 GB, 24 GB -> 17.76 GiB, 64 GB -> 47-49 GB, 128 GiB -> 107.52 GiB
     assert mac_usable_bytes(ram_gib * GiB) == pytest.approx(usable_gib * GiB, rel=1e-6)

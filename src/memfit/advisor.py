@@ -108,11 +108,11 @@ def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, command_f
             if candidate is not None:
                 fitting.append(candidate)
     fitting += [c for c in (_more_gpus(spec, setup, hardware), _smaller_model(spec, setup, hardware)) if c]
+    # Nothing that keeps the typical example fits: raising a Mac's GPU wired limit, then a length below it.
+    wired = _wired_limit(spec, setup, hardware, levers) if not fitting else None
     if not fitting and setup.seq_len > 64:
-        # Nothing keeps the typical example: the longest length that fits with every gentle lever.
         short = _fit_with(spec, setup, hardware, levers, floor=64, short=True)
         fitting += [short] if short else []
-    wired = _wired_limit(spec, setup, hardware, levers) if not fitting else None
     fitting = [c for c in fitting if base.device_bytes - c.estimate.device_bytes >= MIN_SAVING_SHARE *
                base.device_bytes]
     fitting = _undominated(fitting)
@@ -177,8 +177,8 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[t
     recipe = RECIPES[setup.recipe]
     mac = hardware.kind == "mac"
     out = []
-    if not setup.chunked_ce and not (mac and setup.recipe != "mlx"):
-        # Liger's and unsloth's fused losses are Triton kernels: CUDA only.
+    if not setup.chunked_ce and not mac and setup.recipe != "mlx":
+        # Liger's and unsloth's fused losses are Triton kernels: CUDA only; mlx-lm has no chunked loss.
         out.append(("chunked-ce", "chunked cross-entropy", lambda s: s.replace(chunked_ce=True)))
     if setup.optimizer in ("adamw", "adamw-fused", "adamw-loop", "adamw-bnb", "paged-adamw") and not mac \
             and "adamw-8bit" in recipe.optimizers and not setup.optimizer_in_backward:

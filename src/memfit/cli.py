@@ -121,17 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gpus", help="list the GPU catalog and how Macs are handled")
     add_format(p)
 
+    p = sub.add_parser("macs", help="list the Apple-silicon Macs and their GPU working-set limits")
+    add_format(p)
+
     p = sub.add_parser("rule", help="print the rule-of-thumb table (GB = 1e9 bytes)")
     add_format(p)
     return parser
 
 
 from .commands import (  # noqa: E402  (after the parser helpers they use)
-    cmd_check, cmd_config, cmd_estimate, cmd_explain, cmd_gpus, cmd_max, cmd_models, cmd_plan, cmd_plot, cmd_rule,
+    cmd_check, cmd_config, cmd_estimate, cmd_explain, cmd_gpus, cmd_max, cmd_models, cmd_macs, cmd_plan, cmd_plot, cmd_rule,
     cmd_serve, cmd_trace)
 
 COMMANDS = {"estimate": cmd_estimate, "trace": cmd_trace, "max": cmd_max, "plan": cmd_plan,
-            "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus, "rule": cmd_rule,
+            "explain": cmd_explain, "models": cmd_models, "gpus": cmd_gpus, "macs": cmd_macs, "rule": cmd_rule,
             "config": cmd_config, "check": cmd_check, "plot": cmd_plot, "serve": cmd_serve}
 
 

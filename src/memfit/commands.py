@@ -236,6 +236,12 @@ def cmd_gpus(args) -> str:
     return render_gpus(args.format)
 
 
+def cmd_macs(args) -> str:
+    from .listing import render_macs
+
+    return render_macs(args.format)
+
+
 def cmd_rule(args) -> str:
     from .listing import render_rule
 

@@ -82,6 +82,8 @@ def estimate_mlx(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     if band:
         assumptions.append(f"measured error of the step model: {band['low']:+.0%} to {band['high']:+.0%} over "
                            f"{band['n']} real mlx-lm steps (CPU backend); the range includes it")
+    assumptions.append("published mlx-lm 'Peak mem' lines on Macs read lower than this model (docs/accuracy.md, "
+                       "MLX): on Metal it errs high")
     assumptions += list(m.notes)
     phases = (("loss backward" if m.peak_phase == "loss backward" else "layer backward", peak),)
     return Estimate(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .estimator import Estimate, estimate
+from .estimator import SCHEMA_VERSION, Estimate, estimate
 from .physics import activations as act
 from .physics import states
 from .physics.stack import resolve_stack
@@ -33,7 +33,7 @@ class ExplainResult:
         return sum(r[1] for r in self.rows)
 
     def as_dict(self) -> dict:
-        return {"schema_version": 1, "model": self.estimate.model_name,
+        return {"schema_version": SCHEMA_VERSION, "model": self.estimate.model_name,
                 "bytes_per_trained_weight": [{"what": w, "bytes": b, "note": n} for w, b, n in self.rows],
                 "total_bytes_per_trained_weight": self.bytes_per_weight,
                 "rule_of_thumb_bytes_per_weight": self.rule_bytes_per_weight,

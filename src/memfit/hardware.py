@@ -25,7 +25,9 @@ MIN_MAC_BYTES = 8 * GiB
 #   16 GB M4: 10.67 GB (exo-explore/exo#1672), 16 GB M3: 11.84 GB (AlexsJones/llmfit#754)   -> about 2/3
 #   24 GB: 17.76 GiB (sgl-project/sglang#29949); 64 GB M2 Max: 47-49 GB (ggml-org/llama.cpp#1870) -> about 3/4
 #   128 GiB: 107.52 GiB (antirez/ds4#893)                                                        -> 0.84
-MAC_WORKING_SET_SHARE = ((16 * GiB, 2 / 3), (96 * GiB, 3 / 4), (None, 0.84))
+# recommendedMaxWorkingSetSize by RAM (research/frontier.md 3.2): 2/3 measured on 16 GB and 32 GB machines, 3/4 on
+# 36, 64 and 96 GB, 84% on 128 GB. The boundary lies between 32 and 36 GB.
+MAC_WORKING_SET_SHARE = ((32 * GiB, 2 / 3), (96 * GiB, 3 / 4), (None, 0.84))
 MAC_SOURCES = ("exo-explore/exo#1672, AlexsJones/llmfit#754, sgl-project/sglang#29949, ggml-org/llama.cpp#1870, "
                "antirez/ds4#893")
 
@@ -74,6 +76,17 @@ def mac_usable_bytes(ram_bytes: int) -> int:
     raise AssertionError("unreachable: the table ends with an open bucket")
 
 
+def _catalog_mac(text):
+    """A Mac named by its catalog slug ("m3-max-36gb", `memfit macs`), or None when `text` is a RAM size."""
+    import re
+
+    if not isinstance(text, str) or not re.match(r"^\s*m\d", text.strip().lower()):
+        return None
+    from .macs import find_mac
+
+    return find_mac(text)
+
+
 def _mac_ram_bytes(text: str | int, what: str = "--mac") -> int:
     """Mac RAM is sold in binary units: Apple's "36GB" is 36 GiB. An explicit GiB or a byte count is kept.
     --mac and --mac-wired-limit both go through here, so "--mac 36GB --mac-wired-limit 36GB" are equal."""
@@ -120,8 +133,12 @@ def load_hardware(gpu: str | None = None, memory: str | int | None = None, mac: 
                          f"{nbytes / 1e9:g} GiB: pass {memory.upper().replace('GB', 'GiB')} for that")
         return Hardware(name=f"GPU with {printable(str(memory))}", kind="memory", capacity_bytes=nbytes,
                         usable_bytes=nbytes, source="--memory (the card's own memory)", notes=tuple(notes))
-    ram = _check_bytes(_mac_ram_bytes(mac), "--mac", MIN_MAC_BYTES,
-                       "any Apple-silicon Mac (8 GB); Apple's GB are GiB, so 16GB means 16 GiB")
+    model = _catalog_mac(mac)
+    if model is not None:
+        ram = model.ram_bytes
+    else:
+        ram = _check_bytes(_mac_ram_bytes(mac), "--mac", MIN_MAC_BYTES,
+                           "any Apple-silicon Mac (8 GB); Apple's GB are GiB, so 16GB means 16 GiB")
     if mac_wired_limit is not None:
         usable = _check_bytes(_mac_ram_bytes(mac_wired_limit, "--mac-wired-limit"), "--mac-wired-limit",
                               GiB, "1 GiB, below anything macOS lets the GPU wire")
@@ -129,10 +146,15 @@ def load_hardware(gpu: str | None = None, memory: str | int | None = None, mac: 
             raise InvalidSetupError(f"--mac-wired-limit ({usable / GiB:g} GiB) is larger than the Mac's RAM "
                                     f"({ram / GiB:g} GiB)")
         how = "the GPU wired limit you gave (sysctl iogpu.wired_limit_mb)"
+    elif model is not None:
+        usable = model.working_set_bytes
+        how = (f"Metal's recommendedMaxWorkingSetSize for the {model.chip} with {ram // GiB} GB "
+               f"({model.working_set_kind}: {model.working_set_source})")
     else:
         usable = mac_usable_bytes(ram)
         how = f"Metal's recommendedMaxWorkingSetSize, {usable / ram:.0%} of RAM at this size ({MAC_SOURCES})"
-    return Hardware(name=f"Apple silicon Mac with {printable(str(mac))} unified memory", kind="mac",
+    label = f"{model.chip} Mac with {ram // GiB} GB" if model else f"Apple silicon Mac with {printable(str(mac))}"
+    return Hardware(name=f"{label} unified memory", kind="mac",
                     capacity_bytes=ram, usable_bytes=usable, source=how,
                     notes=("the OS and open apps share this RAM; MLX lets allocations pass the working-set limit "
                            "but the system then pages and slows down",))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .errors import UnknownModelError, did_you_mean
+from .estimator import SCHEMA_VERSION
 from .render.jsonout import dumps
 from .units import GB, count, gib
 
@@ -19,7 +20,7 @@ def render_models(family: str | None, fmt: str) -> str:
     rows = [_model_row(e, spec_from_entry(e)) for e in entries]
     rows.sort(key=lambda r: (r["family"], r["params"]))
     if fmt == "json":
-        return dumps({"schema_version": 1, "models": rows})
+        return dumps({"schema_version": SCHEMA_VERSION, "models": rows})
     lines = [f"{'slug':<30} {'params':>8}  {'family':<10} id"]
     lines += [f"{r['slug']:<30} {count(r['params']):>8}  {r['family']:<10} {r['id']}" for r in rows]
     lines.append(f"{len(rows)} models. Any other Hugging Face id, a config.json or a model directory works too.")
@@ -45,13 +46,13 @@ def render_gpus(fmt: str) -> str:
     gpus = sorted(gpu_catalog(), key=lambda g: (g["vendor"], g["memory_bytes"]))
     macs = [{"ram_up_to_bytes": limit, "usable_share": share} for limit, share in MAC_WORKING_SET_SHARE]
     if fmt == "json":
-        return dumps({"schema_version": 1, "gpus": gpus, "mac_usable_share": macs, "mac_sources": MAC_SOURCES})
+        return dumps({"schema_version": SCHEMA_VERSION, "gpus": gpus, "mac_usable_share": macs, "mac_sources": MAC_SOURCES})
     lines = [f"{'slug':<18} {'memory':>11}  name"]
     lines += [f"{g['slug']:<18} {gib(g['memory_bytes']):>11}  {g['name']}"
               + (f"  (also: {', '.join(g['aliases'])})" if g["aliases"] else "") for g in gpus]
     lines.append("")
-    lines.append("Apple silicon (--mac RAM): usable = Metal's working-set limit, about 2/3 of RAM up to 16 GiB,")
-    lines.append("3/4 up to 96 GiB, 84% above; override with --mac-wired-limit. Any card: --memory 24GiB.")
+    lines.append("Apple silicon (--mac RAM or a model from `memfit macs`): usable = Metal's working-set limit, 2/3 of")
+    lines.append("RAM up to 32 GiB, 3/4 up to 96 GiB, 84% above; override with --mac-wired-limit. Any card: --memory 24GiB.")
     return "\n".join(lines)
 
 
@@ -66,7 +67,7 @@ def render_rule(fmt: str) -> str:
             row[key + "_gb"] = round((per_param * params + overhead) / GB, 1)
         rows.append(row)
     if fmt == "json":
-        return dumps({"schema_version": 1, "unit": "GB (1e9 bytes)", "rows": rows,
+        return dumps({"schema_version": SCHEMA_VERSION, "unit": "GB (1e9 bytes)", "rows": rows,
                       "rules": {k: {"gb_per_billion": v[0], "overhead_gb": v[1] / GB, "what": v[2]}
                                 for k, v in RULES.items()}})
     lines = ["Rule of thumb (GB = 1e9 bytes; activations only as a flat allowance):",
@@ -75,4 +76,22 @@ def render_rule(fmt: str) -> str:
         lines.append(f"{r['params_b']:>5g}B {r['qlora_gb']:>6.1f}  {r['lora_gb']:>6.0f}  {r['full_gb']:>6.0f}  "
                      f"{r['full-master_gb']:>11.0f}")
     lines.append("LoRA 2 GB/B + 3; full 12 GB/B + 4 (16 with an fp32 master copy); QLoRA 0.7 GB/B + 3.")
+    return "\n".join(lines)
+
+
+def render_macs(fmt: str) -> str:
+    from .estimator import SCHEMA_VERSION
+    from .macs import mac_catalog
+
+    macs = mac_catalog()
+    if fmt == "json":
+        return dumps({"schema_version": SCHEMA_VERSION, "macs": [
+            {"slug": m.slug, "chip": m.chip, "ram_bytes": m.ram_bytes, "working_set_bytes": m.working_set_bytes,
+             "working_set_kind": m.working_set_kind, "working_set_source": m.working_set_source,
+             "machines": m.machines, "ram_source": m.ram_source} for m in macs]})
+    lines = [f"{'slug':<22} {'RAM':>7} {'usable':>11}  how usable is known"]
+    lines += [f"{m.slug:<22} {m.ram_bytes // 2**30:>4} GB {gib(m.working_set_bytes):>11}  {m.working_set_kind}"
+              for m in macs]
+    lines.append("usable = Metal's recommendedMaxWorkingSetSize ('measured': a published log line; 'rule': 2/3 of RAM "
+                 "up to 32 GB, 3/4 above). Use --mac SLUG, or --mac 36GB for any Mac.")
     return "\n".join(lines)

@@ -49,4 +49,4 @@ def find_mac(name: str) -> Mac:
         if mac.slug == key:
             return mac
     raise UnknownHardwareError(f"unknown Mac {name!r}" + did_you_mean(key, [m.slug for m in mac_catalog()],
-                                                                       "memfit.macs.mac_catalog()"))
+                                                                       "memfit macs"))

@@ -142,6 +142,9 @@ class TrainingSetup:
             p.append(Problem("quant", "{quant} " + (f"{self.quant} is bitsandbytes: the mlx recipe quantizes with "
                                                    f"MLX (mlx-4bit, mlx-8bit)" if mlx else
                                                    f"{self.quant} is an MLX conversion: it needs {{recipe}} mlx")))
+        if mlx and self.chunked_ce:
+            p.append(Problem("chunked_ce", "mlx-lm has no chunked cross-entropy (mlx_lm/tuner/trainer.py "
+                                           "default_loss): {chunked_ce} does not apply to {recipe} mlx"))
         if mlx and self.precision.endswith("-mixed"):
             p.append(Problem("precision", "MLX has no autocast: {precision} is the model's dtype (auto, bf16, fp16 "
                                           "or fp32) under the mlx recipe"))
