@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from .errors import InvalidSetupError, MemfitError, UsageError
+from .engine_config import ENGINES
 from .options import add_options, flag_name
 
 
@@ -81,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("config", help="print a DeepSpeed JSON or accelerate FSDP config for the plan")
     p.add_argument("model")
-    p.add_argument("--engine", required=True, choices=["deepspeed", "accelerate-fsdp"])
+    p.add_argument("--engine", required=True, choices=list(ENGINES))
     p.add_argument("-o", "--output", help="write the config to this file instead of printing it")
     add_setup_args(p)
 

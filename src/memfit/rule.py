@@ -14,7 +14,7 @@ from .estimator import Component, Estimate
 from .setup import TrainingSetup
 from .spec import ModelSpec
 
-GB = 10**9
+from .units import GB  # noqa: E402
 # (bytes per parameter, flat overhead bytes, what the bytes per parameter are)
 RULES = {
     "lora": (2.0, 3 * GB, "16-bit frozen weights"),

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from ..data import DATA_DIR
 
-MiB = 2**20
+from ..units import MiB  # noqa: E402
 
 # cuBLAS workspaces are handed out by the caching allocator, so they are in max_memory_allocated. Default
 # CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8 is 8.125 MiB per (handle, stream); the forward and the autograd thread

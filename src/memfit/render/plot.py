@@ -10,8 +10,8 @@ from ..hardware import Hardware
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
 
-GiB = 2**30
-LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+from ..report import CURVE_LENGTHS as LENGTHS  # noqa: E402
+from ..units import GiB  # noqa: E402
 BATCHES = (1, 2, 4, 8, 16, 32)
 
 

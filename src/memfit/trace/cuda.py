@@ -75,7 +75,9 @@ def trace_cuda(spec: ModelSpec, setup: TrainingSetup, steps: int = 2) -> Estimat
 def _cuda_optimizer(params, setup: TrainingSetup):
     from .step import make_optimizer
 
-    if setup.optimizer not in ("adamw-bnb", "adamw-8bit", "paged-adamw", "paged-adamw-8bit"):
+    from ..options import BNB_OPTIMIZERS
+
+    if setup.optimizer not in BNB_OPTIMIZERS:
         return make_optimizer(params, setup)
     try:
         import bitsandbytes as bnb

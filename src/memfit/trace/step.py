@@ -22,7 +22,7 @@ from ..spec import ModelSpec
 from .build import Built, _MatMul4bit
 from .tracker import PeakTracker
 
-BNB_OPTIMIZERS = ("adamw-bnb", "adamw-8bit", "paged-adamw", "paged-adamw-8bit")
+from ..options import BNB_OPTIMIZERS  # noqa: E402  (bitsandbytes states are accounted, not traced)
 
 
 def _cuda_like_dropout(x, p=0.5, training=True, inplace=False):
