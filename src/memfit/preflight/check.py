@@ -11,7 +11,7 @@ from ..estimator import Estimate, estimate
 from ..hardware import Hardware
 from ..setup import TrainingSetup
 from .edits import apply_edits, edits_for, get_dotted
-from .formats import FORMATS, READERS, Mapped, detect_format, is_file
+from .formats import FORMATS, READERS, Mapped, detect_format, expand_path, is_file
 
 
 @dataclass
@@ -65,7 +65,7 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
     from ..sources import load_model
     from ..verdict import verdict
 
-    file = Path(path).expanduser()
+    file = expand_path(str(path))
     lines: dict = {}
     data = load_config(file, lines)
     tool = format_of or detect_format(data)
@@ -80,6 +80,9 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
                                              "torchtune": "model._component_"}[tool]
     if not mapped.model:
         raise InvalidSetupError(f"{file}: no model ({model_key} is missing)")
+    if str(mapped.model).startswith("~") and expand_path(str(mapped.model)) == Path(str(mapped.model)):
+        # sources/resolve.py calls Path.expanduser(), which raises RuntimeError for a ~user with no home folder.
+        raise SourceError(f"{file}: {model_key}: {mapped.model}: no such user's home folder")
     try:
         spec = load_model(str(mapped.model))
     except MemfitError as exc:
@@ -120,7 +123,7 @@ def _dataset_check(mapped: Mapped, file: Path, spec, setup, tokenizer: str | Non
         return None
     from ..advisor import Caution
 
-    dataset = Path(mapped.dataset).expanduser()
+    dataset = expand_path(mapped.dataset)
     if not dataset.is_absolute():
         dataset = (file.parent / dataset)
     key = mapped.dataset_key or "dataset"
@@ -129,7 +132,7 @@ def _dataset_check(mapped: Mapped, file: Path, spec, setup, tokenizer: str | Non
                                                                f"{dataset}; a Hub dataset, or a missing path): its "
                                                                f"lengths were not checked"))
         return None
-    model_dir = Path(str(mapped.model)).expanduser()
+    model_dir = expand_path(str(mapped.model))
     tok = tokenizer or (str(model_dir) if _is_dir(model_dir) else None)
     if tok is None:
         mapped.defaults.append(f"{key}: {mapped.dataset} not length-checked: no tokenizer at hand (--tokenizer, or "

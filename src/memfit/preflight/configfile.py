@@ -65,7 +65,7 @@ def _load_json(path: Path, text: str):
     except RecursionError:
         raise SourceError(f"{path}: nested too deeply (more than {MAX_DEPTH} levels)") from None
     except ValueError as exc:      # an integer of more digits than Python converts
-        raise SourceError(f"{path}: not valid JSON ({exc})") from None
+        raise SourceError(f"{path}: not valid JSON ({str(exc).split(';')[0]})") from None
     _check_depth(path, data)
     return data
 
@@ -101,7 +101,7 @@ def _load_yaml(path: Path, text: str, lines: dict | None):
         raise SourceError(f"{path}: nested too deeply (more than {MAX_DEPTH} levels)") from None
     except (ValueError, TypeError, OverflowError) as exc:
         # The safe constructor turns a bad timestamp (2024-13-45) or a 5,000-digit integer into a bare ValueError.
-        raise SourceError(f"{path}: a value cannot be read as YAML ({exc})") from None
+        raise SourceError(f"{path}: a value cannot be read as YAML ({str(exc).split(';')[0]})") from None
     finally:
         loader.dispose()
 

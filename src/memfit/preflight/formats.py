@@ -76,16 +76,24 @@ def _allowed(option: Option) -> str:
     """What an option accepts, in words (appended to a type error)."""
     if option.kind in ("int", "float"):
         what = "a whole number" if option.kind == "int" else "a number"
-        low = f"{option.minimum:g}" if option.minimum is not None else None
+        low = _number(option.minimum) if option.minimum is not None else None
         if option.maximum is None:
             return f"{what}, at least {low}" if low else what
-        high = f"below {option.maximum:g}" if option.below_maximum else f"up to {option.maximum:g}"
+        high = f"to below {_number(option.maximum)}" if option.below_maximum else f"to {_number(option.maximum)}"
         return f"{what} from {low} {high}" if low else f"{what} {high}"
     if option.kind == "bool":
         return "true or false"
     if option.kind == "choice":
         return "one of " + ", ".join(option.choices)
     return ""
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+_KIND_WORDS = {"int": "a whole number", "float": "a number", "choice": "one of {choices}", "text": "a string",
+               "bool": "true or false", "targets": "all-linear or a list of module names"}
 
 
 class _Reader:
@@ -95,7 +103,7 @@ class _Reader:
         self.data, self.tool, self.used = data, tool, []
         self.base_dir = base_dir     # the config's folder, for relative paths (a DeepSpeed JSON)
         self.lines = lines or {}     # dotted key -> line in the file (YAML)
-        self.problems: list[str] = []
+        self.problems: list[tuple[int, str]] = []     # (line, message)
         self.notes: list[tuple[str, str]] = []
         self.defaults: list[str] = []
 
@@ -106,14 +114,15 @@ class _Reader:
         return f"line {line}: {key}" if line else key
 
     def problem(self, key: str, message: str) -> None:
-        self.problems.append(f"{self.where(key)}: {message}")
+        self.problems.append((self.lines.get(key, 0), f"{self.where(key)}: {message}"))
 
     def note(self, code: str, key: str, message: str) -> None:
         self.notes.append((code, f"{self.where(key)}: {message}"))
 
     def finish(self) -> None:
-        if self.problems:
-            raise InvalidSetupError(list(dict.fromkeys(self.problems)))
+        if self.problems:   # in the file's order (keys without a line, JSON's, in the order read)
+            ordered = [text for _, text in sorted(self.problems, key=lambda p: p[0])]
+            raise InvalidSetupError(list(dict.fromkeys(ordered)))
 
     # ---- raw access (dotted keys walk nested mappings) ----
     def _lookup(self, key: str):
@@ -141,6 +150,13 @@ class _Reader:
         if value is None:
             return default
         option = BY_NAME[name]
+        if isinstance(value, (bool, list, dict)) and option.kind not in ("bool", "targets"):
+            # Said in the config's words (true, a list), not Python's; the scalars get normalize's words.
+            what = _KIND_WORDS[option.kind].format(choices=", ".join(option.choices))
+            allowed = _allowed(option)
+            self.problem(key, f"must be {what}, got {_show(value)}"
+                              + (f" ({allowed})" if allowed and allowed != what else ""))
+            return default
         try:
             # A float option also takes the text YAML 1.1 leaves unparsed (PyYAML reads 5e-2 as a string).
             out = normalize(option, value, from_text=option.kind == "float" and isinstance(value, str))
@@ -197,7 +213,7 @@ class _Reader:
             self.problem(key, f"must be {what}, got {_show(value)}")
             return default
         if len(value) > 4096 or any(ord(c) < 32 for c in value):
-            self.problem(key, f"is not a plausible {what} (too long, or control characters)")
+            self.problem(key, f"is not plausible as {what} (over 4096 characters, or control characters)")
             return default
         return value
 
@@ -718,27 +734,34 @@ def _deepspeed(r: _Reader, setup: dict) -> None:
     ds = r.get("deepspeed")
     if ds is None:
         return
-    label = "deepspeed"
+    source = None                 # the JSON file, when the config names one
     if isinstance(ds, str):
-        candidates = [Path(ds).expanduser()] if Path(ds).expanduser().is_absolute() else \
-            ([Path(r.base_dir) / ds] if r.base_dir is not None else []) + [Path.cwd() / ds]
-        path = next((p for p in candidates if is_file(p)), None)
-        if path is None:
+        given = expand_path(ds)
+        candidates = [given] if given.is_absolute() else \
+            ([Path(r.base_dir) / given] if r.base_dir is not None else []) + [Path.cwd() / given]
+        source = next((p for p in candidates if is_file(p)), None)
+        if source is None:
             r.problem("deepspeed", f"{ds} does not exist (looked at {' and '.join(str(p) for p in candidates)}): "
                                    f"the ZeRO stage and offload it sets cannot be read")
             return
         try:
-            ds = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, RecursionError):
-            r.problem("deepspeed", f"{ds} cannot be read as text")
+            ds = json.loads(source.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            r.problem("deepspeed", f"{ds} cannot be read as UTF-8 text")
             return
         except json.JSONDecodeError as exc:
             r.problem("deepspeed", f"{ds} is not a DeepSpeed JSON (line {exc.lineno}: {exc.msg})")
             return
-        except ValueError as exc:
-            r.problem("deepspeed", f"{ds} is not a DeepSpeed JSON ({exc})")
+        except (ValueError, RecursionError) as exc:
+            r.problem("deepspeed", f"{ds} is not a DeepSpeed JSON ({exc or 'nested too deeply'})")
             return
-        label = f"deepspeed ({ds})"
+
+    def bad(key: str, message: str) -> None:
+        if source is None:            # inline: the nested key has a line of its own
+            r.problem(f"deepspeed.{key}", message)
+        else:
+            r.problems.append((r.lines.get("deepspeed", 0), f"{r.where('deepspeed')}: {source}: {key}: {message}"))
+
     if not isinstance(ds, dict):
         r.problem("deepspeed", f"must be a DeepSpeed config (a mapping) or the path to its JSON, got {_show(ds)}")
         return
@@ -746,11 +769,11 @@ def _deepspeed(r: _Reader, setup: dict) -> None:
     if zero is None:
         return
     if not isinstance(zero, dict):
-        r.problems.append(f"{label}: zero_optimization must be a mapping, got {_show(zero)}")
+        bad("zero_optimization", f"must be a mapping, got {_show(zero)}")
         return
     stage = zero.get("stage", 0)
     if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (0, 1, 2, 3):
-        r.problems.append(f"{label}: zero_optimization.stage must be 0, 1, 2 or 3, got {_show(stage)}")
+        bad("zero_optimization.stage", f"must be 0, 1, 2 or 3, got {_show(stage)}")
         return
     if stage == 0:
         return
@@ -761,13 +784,21 @@ def _deepspeed(r: _Reader, setup: dict) -> None:
         if isinstance(conf, dict):
             devices[part] = conf.get("device")
         elif conf is not None:
-            r.problems.append(f"{label}: zero_optimization.{part} must be a mapping, got {_show(conf)}")
+            bad(f"zero_optimization.{part}", f"must be a mapping, got {_show(conf)}")
     if devices.get("offload_param") in ("cpu", "nvme") and stage == 3:
         setup["offload"] = "optimizer+params"
     elif devices.get("offload_optimizer") in ("cpu", "nvme"):
         setup["offload"] = "optimizer"
     if "nvme" in devices.values():
         r.note("key-not-honoured", "deepspeed", "NVMe offload is estimated as CPU offload (the GPU side is the same)")
+
+
+def expand_path(text: str) -> Path:
+    """`~/x` expanded; a `~user` that does not exist stays as written (the trainer would not find it either)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
 
 
 def is_file(path: Path) -> bool:
