@@ -256,12 +256,6 @@ class _Reader:
             self.problem(key, str(exc))
             return None
 
-    def optimizer(self, key: str, default: str) -> str:
-        value = self.get(key)
-        if value is None:
-            return default
-        out = self.option_value(key, "optimizer", value)
-        return out or default
 
 
 def _precision(r: _Reader, bf16: bool, fp16: bool, default: str = "auto") -> str:
@@ -373,7 +367,7 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
             "attn": "flash_attention"}
     defaults = [f"{k} not set: axolotl's default {v}" for k, v in (("micro_batch_size", 1), ("sequence_len", 512),
                 ("gradient_accumulation_steps", 1), ("gradient_checkpointing", "false")) if not r.has(k)]
-    setup["optimizer"] = r.optimizer("optimizer", "adamw-fused")
+    setup["optimizer"] = r.option("optimizer", "optimizer", "adamw-fused")
     if not r.has("optimizer"):
         defaults.append("optimizer not set: HF Trainer's default adamw_torch_fused")
     if method != "full":
@@ -451,7 +445,7 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
             "optimizer": "optim", "lora_rank": "lora_rank", "method": "finetuning_type",
             "lora_dropout": "lora_dropout", "lora_targets": "lora_target", "quant": "quantization_bit",
             "attn": "flash_attn", "precision": "bf16", "chunked_ce": "enable_liger_kernel"}
-    setup["optimizer"] = r.optimizer("optim", "adamw")
+    setup["optimizer"] = r.option("optim", "optimizer", "adamw")
     if not r.has("optim"):
         defaults.append("optim not set: adamw_torch (foreach AdamW on CUDA)")
     if method != "full":
@@ -632,7 +626,7 @@ def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
                         "TrainingArguments default it off: set gradient_checkpointing: false if that is what runs)")
     if quant:
         setup["quant"] = quant
-    setup["optimizer"] = r.optimizer("optim", "adamw-fused")
+    setup["optimizer"] = r.option("optim", "optimizer", "adamw-fused")
     if not r.has("optim"):
         defaults.append("optim not set: adamw_torch_fused (transformers >= 4.55 with torch >= 2.8)")
     if method != "full":
