@@ -556,3 +556,12 @@ def test_setup_rules_are_worded_in_the_tools_keys(tmp_path):
           "gradient_accumulation_steps: 4\n")
     message = _error(_yaml_file(tmp_path, tt))
     assert message.endswith("optimizer_in_bwd cannot accumulate gradients: set gradient_accumulation_steps 1")
+
+
+def test_a_value_with_a_line_break_stays_one_error_line(tmp_path, capsys):
+    """Found by the fuzz suite: parse_targets quotes the raw target, so a newline in it split the error line."""
+    path = _yaml_file(tmp_path, AXOLOTL_HEAD + 'lora_target_modules: ["q_proj\\nx"]\n')
+    assert main(["check", path]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "line 3: lora_target_modules: unknown LoRA target q_proj\\nx" in err

@@ -11,7 +11,8 @@ from ..estimator import Estimate, estimate
 from ..hardware import Hardware
 from ..setup import TrainingSetup
 from .edits import apply_edits, edits_for, get_dotted
-from .formats import FORMATS, READERS, Mapped, detect_format, expand_path, is_file
+from .formats import FORMATS, READERS, Mapped, detect_format
+from .reader import expand_path, is_file, one_line
 
 
 @dataclass
@@ -86,7 +87,7 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
     try:
         spec = load_model(str(mapped.model))
     except MemfitError as exc:
-        raise type(exc)(f"{file}: {model_key}: {exc}") from None
+        raise type(exc)(one_line(f"{file}: {model_key}: {exc}")) from None
     except OSError as exc:           # a name the file system refuses (too long) while looking for a local model
         raise SourceError(f"{file}: {model_key}: cannot be looked up ({exc.strerror or exc})") from None
     if mapped.setup.get("shard"):
@@ -128,15 +129,15 @@ def _dataset_check(mapped: Mapped, file: Path, spec, setup, tokenizer: str | Non
         dataset = (file.parent / dataset)
     key = mapped.dataset_key or "dataset"
     if not is_file(dataset):
-        result.warnings.append(Caution("dataset-not-checked", f"{key}: {mapped.dataset} is not a file (looked at "
-                                                               f"{dataset}; a Hub dataset, or a missing path): its "
-                                                               f"lengths were not checked"))
+        result.warnings.append(Caution("dataset-not-checked", one_line(
+            f"{key}: {mapped.dataset} is not a file (looked at {dataset}; a Hub dataset, or a missing path): its "
+            f"lengths were not checked")))
         return None
     model_dir = expand_path(str(mapped.model))
     tok = tokenizer or (str(model_dir) if _is_dir(model_dir) else None)
     if tok is None:
-        mapped.defaults.append(f"{key}: {mapped.dataset} not length-checked: no tokenizer at hand (--tokenizer, or "
-                               f"a local model directory)")
+        mapped.defaults.append(one_line(f"{key}: {mapped.dataset} not length-checked: no tokenizer at hand "
+                                        f"(--tokenizer, or a local model directory)"))
         return None
     from ..dataset import length_stats, length_warnings, token_lengths
 

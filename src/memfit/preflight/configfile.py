@@ -84,8 +84,9 @@ def _check_depth(path: Path, data) -> None:
 def _load_yaml(path: Path, text: str, lines: dict | None):
     import yaml
 
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)     # its reader refuses control characters here already
         node = loader.get_single_node()
         if node is None:
             return None
@@ -95,7 +96,11 @@ def _load_yaml(path: Path, text: str, lines: dict | None):
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f":{mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, yaml.reader.ReaderError):     # a control character: say which, and where
+            where = f":{text.count(chr(10), 0, exc.position) + 1}"
+            problem = f"the control character {exc.character!r} is not allowed"
+        else:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SourceError(f"{path}{where}: not valid YAML ({problem})") from None
     except RecursionError:
         raise SourceError(f"{path}: nested too deeply (more than {MAX_DEPTH} levels)") from None
@@ -103,7 +108,8 @@ def _load_yaml(path: Path, text: str, lines: dict | None):
         # The safe constructor turns a bad timestamp (2024-13-45) or a 5,000-digit integer into a bare ValueError.
         raise SourceError(f"{path}: a value cannot be read as YAML ({str(exc).split(';')[0]})") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 class _Measure:

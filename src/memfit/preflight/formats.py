@@ -3,9 +3,8 @@
 Each reader returns a Mapped: the model reference, the TrainingSetup arguments, which keys were used, which
 defaults were assumed (the tool's own, cited), which keys were ignored because they do not affect memory, notes
 on keys memfit read but cannot honour, and for each memfit field the key that sets it (so advice comes back as
-edits to that key). Values are checked with the options table's own rules (options.normalize / check_range), so
-a bad value gets the words the command line uses, with the tool's key and the line it is on; every problem of a
-file is collected and raised together as one InvalidSetupError.
+edits to that key). Values are read through reader.py's typed access; every problem of a file is collected and
+raised together as one InvalidSetupError.
 
 Versions read for the defaults and refusals cited below: axolotl 0.18.0 (src/axolotl/utils/schemas/*.py,
 src/axolotl/loaders/model.py); LLaMA-Factory 0.9.6.dev0 (src/llamafactory/hparams/*.py,
@@ -17,16 +16,15 @@ recipes/*_single_device.py; TRL 0.22.0 (trl/trainer/sft_config.py, model_config.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InvalidSetupError
-from ..options import BY_NAME, Option, check_range, normalize
+from ..options import BY_NAME, normalize
+from .reader import (ATTENTION_NAMES, Reader, is_file, one_line, quant4, read_attention, read_deepspeed, read_fsdp,
+                     read_precision, show)
 
 FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
 
 
 @dataclass
@@ -57,246 +55,9 @@ def detect_format(data: dict) -> str:
     raise InvalidSetupError("cannot tell which tool this config is for (axolotl, LLaMA-Factory, torchtune, "
                             "TRL / HF Trainer, mlx-lm): pass --format-of")
 
-
-def _show(value) -> str:
-    """A value as a message quotes it: short, one line, in the config's spelling."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _allowed(option: Option) -> str:
-    """What an option accepts, in words (appended to a type error)."""
-    if option.kind in ("int", "float"):
-        what = "a whole number" if option.kind == "int" else "a number"
-        low = _number(option.minimum) if option.minimum is not None else None
-        if option.maximum is None:
-            return f"{what}, at least {low}" if low else what
-        high = f"to below {_number(option.maximum)}" if option.below_maximum else f"to {_number(option.maximum)}"
-        return f"{what} from {low} {high}" if low else f"{what} {high}"
-    if option.kind == "bool":
-        return "true or false"
-    if option.kind == "choice":
-        return "one of " + ", ".join(option.choices)
-    return ""
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-_KIND_WORDS = {"int": "a whole number", "float": "a number", "choice": "one of {choices}", "text": "a string",
-               "bool": "true or false", "targets": "all-linear or a list of module names"}
-
-
-class _Reader:
-    """Typed access to a config that records which keys were read and every problem with their values."""
-
-    def __init__(self, data: dict, tool: str, base_dir=None, lines: dict | None = None):
-        self.data, self.tool, self.used = data, tool, []
-        self.base_dir = base_dir     # the config's folder, for relative paths (a DeepSpeed JSON)
-        self.lines = lines or {}     # dotted key -> line in the file (YAML)
-        self.problems: list[tuple[int, str]] = []     # (line, message)
-        self.notes: list[tuple[str, str]] = []
-        self.defaults: list[str] = []
-
-    # ---- where and what ----
-    def where(self, key: str) -> str:
-        """`line N: key` (YAML) or `key`: the prefix of a message about `key`."""
-        line = self.lines.get(key)
-        return f"line {line}: {key}" if line else key
-
-    def problem(self, key: str, message: str) -> None:
-        self.problems.append((self.lines.get(key, 0), f"{self.where(key)}: {message}"))
-
-    def note(self, code: str, key: str, message: str) -> None:
-        self.notes.append((code, f"{self.where(key)}: {message}"))
-
-    def finish(self) -> None:
-        if self.problems:   # in the file's order (keys without a line, JSON's, in the order read)
-            ordered = [text for _, text in sorted(self.problems, key=lambda p: p[0])]
-            raise InvalidSetupError(list(dict.fromkeys(ordered)))
-
-    # ---- raw access (dotted keys walk nested mappings) ----
-    def _lookup(self, key: str):
-        node = self.data
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return None
-            node = node[part]
-        return node
-
-    def has(self, key: str) -> bool:
-        return self._lookup(key) is not None
-
-    def get(self, key: str, default=None):
-        value = self._lookup(key)
-        if value is None:
-            return default
-        self.used.append(key.split(".")[0])
-        return value
-
-    # ---- typed access: a bad value is recorded as a problem and the default is returned ----
-    def option(self, key: str, name: str, default=None):
-        """The value of `key` checked as memfit option `name` (its type, choices and range)."""
-        value = self.get(key)
-        if value is None:
-            return default
-        option = BY_NAME[name]
-        if isinstance(value, (bool, list, dict)) and option.kind not in ("bool", "targets"):
-            # Said in the config's words (true, a list), not Python's; the scalars get normalize's words.
-            what = _KIND_WORDS[option.kind].format(choices=", ".join(option.choices))
-            allowed = _allowed(option)
-            self.problem(key, f"must be {what}, got {_show(value)}"
-                              + (f" ({allowed})" if allowed and allowed != what else ""))
-            return default
-        try:
-            # A float option also takes the text YAML 1.1 leaves unparsed (PyYAML reads 5e-2 as a string).
-            out = normalize(option, value, from_text=option.kind == "float" and isinstance(value, str))
-        except ValueError as exc:
-            allowed = _allowed(option)
-            self.problem(key, f"{exc}" + (f" ({allowed})" if allowed and allowed not in str(exc) else ""))
-            return default
-        if option.kind == "float" and math.isinf(out):
-            self.problem(key, f"must be a finite number, got {value} ({_allowed(option)})")
-            return default
-        why = check_range(option, out)
-        if why:
-            self.problem(key, why)
-            return default
-        return out
-
-    def int(self, key: str, default: int | None = None, minimum: int = 0) -> int | None:
-        value = self.get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.problem(key, f"must be a whole number, got {_show(value)}")
-            return default
-        if value < minimum:
-            self.problem(key, f"must be at least {minimum}, got {value}")
-            return default
-        return value
-
-    def flag(self, key: str, default: bool = False, words: tuple[str, ...] = ()) -> bool:
-        """true/false (and the spellings pydantic and HfArgumentParser accept: yes/no, on/off, 1/0); `words` are
-        other values the tool takes that mean "on" (axolotl bf16: auto, gradient_checkpointing: offload)."""
-        value = self.get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str):
-            text = value.strip().lower()
-            if text in _TRUE or text in words:
-                return True
-            if text in _FALSE:
-                return False
-        extra = "".join(f", {w}" for w in words)
-        self.problem(key, f"must be true or false{extra}, got {_show(value)}")
-        return default
-
-    def text(self, key: str, default: str | None = None, what: str = "a string") -> str | None:
-        value = self.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str) or not value.strip():
-            self.problem(key, f"must be {what}, got {_show(value)}")
-            return default
-        if len(value) > 4096 or any(ord(c) < 32 for c in value):
-            self.problem(key, f"is not plausible as {what} (over 4096 characters, or control characters)")
-            return default
-        return value
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None, what: str) -> str | None:
-        """A string from `choices` (lower-cased); anything else is a problem naming them and `what` reads them."""
-        value = self.get(key)
-        if value is None:
-            return default
-        if isinstance(value, str) and value.strip().lower() in choices:
-            return value.strip().lower()
-        self.problem(key, f"{_show(value)} is not one of {', '.join(choices)} ({what})")
-        return default
-
-    def mapping(self, key: str) -> dict:
-        value = self.get(key)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            self.problem(key, f"must be a mapping of keys, got {_show(value)}")
-            return {}
-        return value
-
-    def targets(self, key: str, mapper=lambda t: t):
-        """LoRA target modules: all-linear, a comma string or a list of module names."""
-        value = self.get(key)
-        if value is None:
-            return None
-        if isinstance(value, list) and not all(isinstance(t, str) for t in value):
-            self.problem(key, f"must be a list of module names, got {_show(value)} with a non-text item")
-            return None
-        if isinstance(value, list):
-            value = [mapper(t) for t in value]
-        return self.option_value(key, "lora_targets", value)
-
-    def option_value(self, key: str, name: str, value):
-        """`value` (already taken from `key`) checked as option `name`."""
-        try:
-            return normalize(BY_NAME[name], value)
-        except ValueError as exc:
-            self.problem(key, str(exc))
-            return None
-
-
-
-def _precision(r: _Reader, bf16: bool, fp16: bool, default: str = "auto") -> str:
-    if fp16 and bf16:
-        r.problem("bf16", "bf16 and fp16 are both enabled: pick one")
-    if fp16:
-        return "auto"   # fp16 mixed over the checkpoint dtype; memfit's auto keeps the loaded dtype
-    return default
-
-
-_ATTN = {"fa2": "flash", "fa3": "flash", "flash_attention_2": "flash", "flash_attention_3": "flash",
-         "flash": "flash", "sdpa": "sdpa", "sdp_attention": "sdpa", "eager": "eager", "disabled": "eager"}
-
-
-def _attn(r: _Reader, key: str) -> str | None:
-    """An attention implementation named by `key`, or None for the recipe's default (auto, or unknown: noted)."""
-    value = r.text(key, what="an attention implementation name")
-    if value is None or value.lower() == "auto":
-        return None
-    known = _ATTN.get(value.strip().lower())
-    if known is None:
-        r.note("key-not-honoured", key, f"{value!r} is not an attention kernel memfit models (sdpa, flash, eager): "
-                                        f"estimated with the recipe's default")
-    return known
-
-
-def _quant4(r: _Reader, qtype: str, double: bool, keys: str) -> str:
-    """memfit's quant for a bitsandbytes 4-bit base of type `qtype` (nf4 | fp4), double-quantized or not."""
-    if qtype == "nf4":
-        return "nf4-dq" if double else "nf4"
-    if double:
-        # memfit has no fp4-dq: the bytes are nf4-dq's (4-bit codes, uint8 absmax + fp32 second level).
-        r.defaults.append(f"{keys}: fp4 with double quantization, estimated as nf4-dq (the same bytes: "
-                          f"4-bit codes with double-quantized constants)")
-        return "nf4-dq"
-    return "fp4"
-
-
 # ---- axolotl (0.18.0) ---------------------------------------------------------------------------------------------
 def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
-    r = _Reader(data, "axolotl", base_dir, lines)
+    r = Reader(data, "axolotl", base_dir, lines)
     model = r.text("base_model", what="a model name or path")
     adapter = r.get("adapter")
     four, eight = r.flag("load_in_4bit"), r.flag("load_in_8bit")
@@ -304,7 +65,7 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
     if adapter is not None and not isinstance(adapter, str):
         # Not a guess at full fine-tuning: axolotl itself refuses an adapter it has no builder or plugin for
         # (utils/schemas/peft.py LoraConfig.validate_adapter), and a number names none.
-        r.problem("adapter", f"must be lora or qlora (or left out to train every weight), got {_show(adapter)}")
+        r.problem("adapter", f"must be lora or qlora (or left out to train every weight), got {show(adapter)}")
     elif adapter and adapter.strip().lower() not in ("lora", "qlora"):
         r.problem("adapter", f"{adapter!r} is not modelled (memfit models lora and qlora, or no adapter to train "
                              f"every weight)")
@@ -327,9 +88,9 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
         double = kwargs.get("bnb_4bit_use_double_quant", True)
         if qtype not in ("nf4", "fp4") or not isinstance(double, bool):
             r.problem("bnb_config_kwargs", "bnb_4bit_quant_type must be nf4 or fp4 and bnb_4bit_use_double_quant "
-                                           f"true or false, got {_show(qtype)} and {_show(double)}")
+                                           f"true or false, got {show(qtype)} and {show(double)}")
         else:
-            quant = _quant4(r, qtype, double, "bnb_config_kwargs")
+            quant = quant4(r, qtype, double, "bnb_config_kwargs")
     elif adapter:
         if four and eight:
             r.problem("load_in_4bit", "load_in_4bit and load_in_8bit are both true")
@@ -380,26 +141,26 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
             if targets:
                 setup["lora_targets"] = targets
     attn = "flash" if r.flag("flash_attention") else ("sdpa" if r.flag("sdp_attention") else None)
-    attn = attn or (_attn(r, "attn_implementation") if r.has("attn_implementation") else None)
+    attn = attn or (read_attention(r, "attn_implementation") if r.has("attn_implementation") else None)
     if attn:
         setup["attn"] = attn
     if r.flag("cut_cross_entropy"):
         setup["chunked_ce"] = True
-    setup["precision"] = _precision(r, r.flag("bf16", words=("auto", "full")), r.flag("fp16"))
+    setup["precision"] = read_precision(r, r.flag("bf16", words=("auto", "full")), r.flag("fp16"))
     dataset, dataset_key = None, None
     ds = r.get("datasets")
     if isinstance(ds, list) and ds and isinstance(ds[0], dict) and isinstance(ds[0].get("path"), str):
         dataset, dataset_key = ds[0]["path"], "datasets[0].path"
     elif ds is not None and not isinstance(ds, list):
-        r.problem("datasets", f"must be a list of datasets, got {_show(ds)}")
-    _deepspeed(r, setup)
-    _fsdp(r, setup)
+        r.problem("datasets", f"must be a list of datasets, got {show(ds)}")
+    read_deepspeed(r, setup)
+    read_fsdp(r, setup)
     return _mapped(r, model, setup, defaults, keys, dataset, dataset_key)
 
 
 # ---- LLaMA-Factory (0.9.6.dev0) -----------------------------------------------------------------------------------
 def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
-    r = _Reader(data, "llamafactory", base_dir, lines)
+    r = Reader(data, "llamafactory", base_dir, lines)
     model = r.text("model_name_or_path", what="a model name or path")
     # hparams/finetuning_args.py: finetuning_type: Literal["lora", "oft", "freeze", "full"] = "lora".
     ftype = r.choice("finetuning_type", ("lora", "oft", "freeze", "full"), "lora", "LLaMA-Factory's methods")
@@ -425,7 +186,7 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
         elif qbit == 4:
             method = "qlora"
             qtype = r.choice("quantization_type", ("nf4", "fp4"), "nf4", "bitsandbytes 4-bit types")
-            quant = _quant4(r, qtype, r.flag("double_quantization", True), "quantization_type")
+            quant = quant4(r, qtype, r.flag("double_quantization", True), "quantization_type")
         else:
             r.problem("quantization_bit", f"bitsandbytes quantizes to 4 or 8 bits, got {qbit}")
     setup = {"method": method, "batch_size": r.option("per_device_train_batch_size", "batch_size", 8),
@@ -458,17 +219,17 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
     flash = r.choice("flash_attn", ("auto", "disabled", "sdpa", "fa2", "fa3"), "auto",
                      "LLaMA-Factory's AttentionFunction")
     if flash != "auto":
-        setup["attn"] = _ATTN[flash]
+        setup["attn"] = ATTENTION_NAMES[flash]
     if r.flag("enable_liger_kernel"):
         setup["chunked_ce"] = True
     pure = r.flag("pure_bf16")
-    setup["precision"] = "bf16" if pure else _precision(r, r.flag("bf16"), r.flag("fp16"))
-    _deepspeed(r, setup)
+    setup["precision"] = "bf16" if pure else read_precision(r, r.flag("bf16"), r.flag("fp16"))
+    read_deepspeed(r, setup)
     dataset, dataset_key = _llamafactory_dataset(r)
     return _mapped(r, model, setup, defaults, keys, dataset, dataset_key)
 
 
-def _llamafactory_dataset(r: _Reader) -> tuple[str | None, str | None]:
+def _llamafactory_dataset(r: Reader) -> tuple[str | None, str | None]:
     """The first dataset's file: LLaMA-Factory names datasets by their entry in {dataset_dir}/dataset_info.json
     (data/parser.py; dataset_dir defaults to "data", hparams/data_args.py), whose file_name is the file."""
     name = r.get("dataset")
@@ -508,7 +269,7 @@ _TT_ATTN = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "output_proj": "o"}
 
 
 def read_torchtune(data: dict, base_dir=None, lines=None) -> Mapped:
-    r = _Reader(data, "torchtune", base_dir, lines)
+    r = Reader(data, "torchtune", base_dir, lines)
     r.mapping("model")
     component = r.text("model._component_", "", what="a torchtune model builder")
     builder = component.rsplit(".", 1)[-1]
@@ -549,7 +310,7 @@ def read_torchtune(data: dict, base_dir=None, lines=None) -> Mapped:
         modules = r.get("model.lora_attn_modules", ["q_proj", "v_proj"])
         if not isinstance(modules, list) or not all(isinstance(t, str) for t in modules):
             r.problem("model.lora_attn_modules", f"must be a list of q_proj, k_proj, v_proj, output_proj, got "
-                                                 f"{_show(modules)}")
+                                                 f"{show(modules)}")
             modules = []
         targets = [_TT_ATTN.get(t, t) for t in modules]
         if r.flag("model.apply_lora_to_mlp"):
@@ -572,7 +333,7 @@ def read_torchtune(data: dict, base_dir=None, lines=None) -> Mapped:
 
 # ---- TRL / HF Trainer (TRL 0.22.0) --------------------------------------------------------------------------------
 def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
-    r = _Reader(data, "trl", base_dir, lines)
+    r = Reader(data, "trl", base_dir, lines)
     model = r.text("model_name_or_path", what="a model name or path")
     four, eight = r.flag("load_in_4bit"), r.flag("load_in_8bit")
     peft = r.flag("use_peft")
@@ -588,7 +349,7 @@ def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
         # use_bnb_nested_quant (default false) -> BitsAndBytesConfig; 4-bit is checked before 8-bit.
         method = "qlora"
         qtype = r.choice("bnb_4bit_quant_type", ("nf4", "fp4"), "nf4", "bitsandbytes 4-bit types")
-        quant = _quant4(r, qtype, r.flag("use_bnb_nested_quant"), "use_bnb_nested_quant")
+        quant = quant4(r, qtype, r.flag("use_bnb_nested_quant"), "use_bnb_nested_quant")
         if not r.has("use_bnb_nested_quant"):
             r.defaults.append("use_bnb_nested_quant not set: TRL ModelConfig's default false (no double "
                               "quantization)")
@@ -637,10 +398,10 @@ def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
             setup["lora_targets"] = targets
         if not r.has("lora_r"):
             defaults.append("lora_r not set: TRL ModelConfig's default 16")
-    attn = _attn(r, "attn_implementation") if r.has("attn_implementation") else None
+    attn = read_attention(r, "attn_implementation") if r.has("attn_implementation") else None
     if attn:
         setup["attn"] = attn
-    setup["precision"] = _precision(r, r.flag("bf16"), r.flag("fp16"))
+    setup["precision"] = read_precision(r, r.flag("bf16"), r.flag("fp16"))
     if r.flag("use_liger_kernel"):
         setup["chunked_ce"] = True
     keys = {"batch_size": "per_device_train_batch_size", "seq_len": length_key or "max_length",
@@ -648,8 +409,8 @@ def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
             "lora_rank": "lora_r", "method": "load_in_4bit", "chunked_ce": "use_liger_kernel",
             "lora_dropout": "lora_dropout", "lora_targets": "lora_target_modules", "quant": "load_in_4bit",
             "attn": "attn_implementation", "precision": "bf16"}
-    _deepspeed(r, setup)
-    _fsdp(r, setup)
+    read_deepspeed(r, setup)
+    read_fsdp(r, setup)
     dataset = r.text("dataset_name", what="a dataset name or path")
     return _mapped(r, model, setup, defaults, keys, dataset, "dataset_name" if dataset else None)
 
@@ -660,7 +421,7 @@ _MLX_OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "sgd": "sgd", "adafactor":
 
 
 def read_mlx(data: dict, base_dir=None, lines=None) -> Mapped:
-    r = _Reader(data, "mlx", base_dir, lines)
+    r = Reader(data, "mlx", base_dir, lines)
     model = r.text("model", what="a model name or path")
     ftype = r.choice("fine_tune_type", ("lora", "dora", "full"), "lora", "mlx-lm's fine-tune types")
     if ftype == "dora":
@@ -692,7 +453,7 @@ def read_mlx(data: dict, base_dir=None, lines=None) -> Mapped:
 
 
 # ---- shared pieces ------------------------------------------------------------------------------------------------
-def _mapped(r: _Reader, model, setup: dict, defaults: list, keys: dict, dataset, dataset_key) -> Mapped:
+def _mapped(r: Reader, model, setup: dict, defaults: list, keys: dict, dataset, dataset_key) -> Mapped:
     """The reader's result, or every problem it found as one InvalidSetupError."""
     r.finish()
     setup = {k: v for k, v in setup.items() if v is not None}
@@ -701,110 +462,8 @@ def _mapped(r: _Reader, model, setup: dict, defaults: list, keys: dict, dataset,
                   r.notes, dataset_key)
 
 
-def _fsdp(r: _Reader, setup: dict) -> None:
-    """HF Trainer / TRL `fsdp: "full_shard auto_wrap"`, axolotl `fsdp: [full_shard, auto_wrap]`."""
-    value = r.get("fsdp")
-    if value is None or value is False:
-        return
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        words = " ".join(value)
-    elif isinstance(value, str):
-        words = value
-    else:
-        r.problem("fsdp", f"must be FSDP options as text or a list (full_shard, shard_grad_op, hybrid_shard, "
-                          f"offload, auto_wrap), got {_show(value)}")
-        return
-    if "full_shard" in words or "hybrid_shard" in words:
-        setup["shard"] = "hsdp" if "hybrid" in words else "fsdp"
-    elif "shard_grad_op" in words:
-        setup["shard"] = "fsdp-shard-grad-op"
-    if "offload" in words:
-        setup["offload"] = "optimizer+params"
-
-
-def _deepspeed(r: _Reader, setup: dict) -> None:
-    """A DeepSpeed config inline (a mapping) or as a path to its JSON sets the ZeRO stage and offload. A path is
-    looked up next to the config, then in the folder memfit runs in (the trainer's working folder)."""
-    ds = r.get("deepspeed")
-    if ds is None:
-        return
-    source = None                 # the JSON file, when the config names one
-    if isinstance(ds, str):
-        given = expand_path(ds)
-        candidates = [given] if given.is_absolute() else \
-            ([Path(r.base_dir) / given] if r.base_dir is not None else []) + [Path.cwd() / given]
-        source = next((p for p in candidates if is_file(p)), None)
-        if source is None:
-            r.problem("deepspeed", f"{ds} does not exist (looked at {' and '.join(str(p) for p in candidates)}): "
-                                   f"the ZeRO stage and offload it sets cannot be read")
-            return
-        try:
-            ds = json.loads(source.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            r.problem("deepspeed", f"{ds} cannot be read as UTF-8 text")
-            return
-        except json.JSONDecodeError as exc:
-            r.problem("deepspeed", f"{ds} is not a DeepSpeed JSON (line {exc.lineno}: {exc.msg})")
-            return
-        except (ValueError, RecursionError) as exc:
-            r.problem("deepspeed", f"{ds} is not a DeepSpeed JSON ({exc or 'nested too deeply'})")
-            return
-
-    def bad(key: str, message: str) -> None:
-        if source is None:            # inline: the nested key has a line of its own
-            r.problem(f"deepspeed.{key}", message)
-        else:
-            r.problems.append((r.lines.get("deepspeed", 0), f"{r.where('deepspeed')}: {source}: {key}: {message}"))
-
-    if not isinstance(ds, dict):
-        r.problem("deepspeed", f"must be a DeepSpeed config (a mapping) or the path to its JSON, got {_show(ds)}")
-        return
-    zero = ds.get("zero_optimization")
-    if zero is None:
-        return
-    if not isinstance(zero, dict):
-        bad("zero_optimization", f"must be a mapping, got {_show(zero)}")
-        return
-    stage = zero.get("stage", 0)
-    if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (0, 1, 2, 3):
-        bad("zero_optimization.stage", f"must be 0, 1, 2 or 3, got {_show(stage)}")
-        return
-    if stage == 0:
-        return
-    setup["shard"] = f"zero{stage}"
-    devices = {}
-    for part in ("offload_optimizer", "offload_param"):
-        conf = zero.get(part)
-        if isinstance(conf, dict):
-            devices[part] = conf.get("device")
-        elif conf is not None:
-            bad(f"zero_optimization.{part}", f"must be a mapping, got {_show(conf)}")
-    if devices.get("offload_param") in ("cpu", "nvme") and stage == 3:
-        setup["offload"] = "optimizer+params"
-    elif devices.get("offload_optimizer") in ("cpu", "nvme"):
-        setup["offload"] = "optimizer"
-    if "nvme" in devices.values():
-        r.note("key-not-honoured", "deepspeed", "NVMe offload is estimated as CPU offload (the GPU side is the same)")
-
-
-def expand_path(text: str) -> Path:
-    """`~/x` expanded; a `~user` that does not exist stays as written (the trainer would not find it either)."""
-    try:
-        return Path(text).expanduser()
-    except RuntimeError:
-        return Path(text)
-
-
-def is_file(path: Path) -> bool:
-    """Path.is_file that answers False for a name the system refuses (too long, a NUL) instead of raising."""
-    try:
-        return Path(path).is_file()
-    except (OSError, ValueError):
-        return False
-
-
 def _ignored(data: dict, used: list[str]) -> list[str]:
-    return [str(k) for k in data if k not in used]
+    return [one_line(str(k)) for k in data if k not in used]
 
 
 READERS = {"axolotl": read_axolotl, "llamafactory": read_llamafactory, "torchtune": read_torchtune,
