@@ -318,6 +318,7 @@ def test_json_values_name_the_key(tmp_path):
     (b"base_model: x\nn: " + b"9" * 5000 + b"\n", "a value cannot be read as YAML (Exceeds the limit (4300 digits)"),
     (b"base_model: !!python/object:os.system x\n", "c.yml:1: not valid YAML (could not determine a constructor"),
     (b"? [a, b]\n: 1\n", "c.yml:1: not valid YAML (found unhashable key)"),
+    (b"base_model: x\nadapter: a\x07b\n", "c.yml:2: not valid YAML (the control character '\\x07' is not allowed)"),
 ])
 def test_unreadable_files_are_one_source_error(tmp_path, content, fragment):
     assert fragment in _error(_yaml_file(tmp_path, content), SourceError)

@@ -98,7 +98,8 @@ def _load_yaml(path: Path, text: str, lines: dict | None):
         where = f":{mark.line + 1}" if mark else ""
         if isinstance(exc, yaml.reader.ReaderError):     # a control character: say which, and where
             where = f":{text.count(chr(10), 0, exc.position) + 1}"
-            problem = f"the control character {exc.character!r} is not allowed"
+            char = chr(exc.character) if isinstance(exc.character, int) else exc.character
+            problem = f"the control character {char!r} is not allowed"
         else:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SourceError(f"{path}{where}: not valid YAML ({problem})") from None
