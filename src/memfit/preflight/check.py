@@ -12,6 +12,7 @@ from ..hardware import Hardware
 from ..setup import TrainingSetup
 from .edits import apply_edits, edits_for, get_dotted
 from .formats import FORMATS, READERS, Mapped, detect_format
+from .reader import expand_path, is_file, one_line
 
 
 @dataclass
@@ -49,44 +50,30 @@ class CheckResult:
     dataset: object = None
 
 
-def load_config(path: Path) -> dict:
-    if not path.is_file():
-        raise SourceError(f"{path}: no such config file")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SourceError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    else:
-        import yaml
+def load_config(path: Path, lines: dict | None = None) -> dict:
+    """The config's top-level mapping (configfile.py: every unreadable file is one SourceError naming it); `lines`
+    is filled with {dotted key: line} for YAML."""
+    from .configfile import load_config as _load
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f":{mark.line + 1}" if mark else ""
-            raise SourceError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    if not isinstance(data, dict):
-        raise SourceError(f"{path}: expected a mapping of keys at the top level")
-    return data
+    return _load(Path(path), lines)
 
 
 def check_config(path: str, hardware: Hardware | None = None, format_of: str | None = None,
                  tokenizer: str | None = None, gpus: int | None = None) -> CheckResult:
     """`gpus`: GPUs per node for a sharded config (the count lives in the launcher, not in these files)."""
-    from ..advisor import suggest, warnings_for
-    from ..options import command_line
+    from ..advisor import Caution, suggest, warnings_for
+    from ..options import command_line, tool_key
     from ..sources import load_model
     from ..verdict import verdict
 
-    file = Path(path).expanduser()
-    data = load_config(file)
+    file = expand_path(str(path))
+    lines: dict = {}
+    data = load_config(file, lines)
     tool = format_of or detect_format(data)
     if tool not in FORMATS:
         raise InvalidSetupError(f"--format-of {tool!r} is not one of {', '.join(FORMATS)}")
     try:
-        mapped = READERS[tool](data, base_dir=file.parent)
+        mapped = READERS[tool](data, base_dir=file.parent, lines=lines)
     except InvalidSetupError as exc:
         raise InvalidSetupError(f"{file}: {exc}") from None
     model_key = mapped.keys.get("model") or {"axolotl": "base_model", "llamafactory": "model_name_or_path",
@@ -94,18 +81,30 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
                                              "torchtune": "model._component_"}[tool]
     if not mapped.model:
         raise InvalidSetupError(f"{file}: no model ({model_key} is missing)")
+    if str(mapped.model).startswith("~") and expand_path(str(mapped.model)) == Path(str(mapped.model)):
+        # sources/resolve.py calls Path.expanduser(), which raises RuntimeError for a ~user with no home folder.
+        raise SourceError(f"{file}: {model_key}: {mapped.model}: no such user's home folder")
     try:
         spec = load_model(str(mapped.model))
-        if mapped.setup.get("shard"):
-            mapped.setup["gpus"] = gpus or 1
-            mapped.defaults.append(f"{gpus or 1} GPU(s) per node (the launcher sets it; --gpus to change)")
-        setup = TrainingSetup.from_recipe(mapped.setup.pop("recipe", "hf"), **mapped.setup)
     except MemfitError as exc:
-        raise type(exc)(f"{file}: {model_key}: {exc}") from None
+        raise type(exc)(one_line(f"{file}: {model_key}: {exc}")) from None
+    except OSError as exc:           # a name the file system refuses (too long) while looking for a local model
+        raise SourceError(f"{file}: {model_key}: cannot be looked up ({exc.strerror or exc})") from None
+    if mapped.setup.get("shard"):
+        mapped.setup["gpus"] = gpus or 1
+        mapped.defaults.append(f"{gpus or 1} GPU(s) per node (the launcher sets it; --gpus to change)")
+    try:
+        setup = TrainingSetup.from_recipe(mapped.setup.pop("recipe", "hf"), **mapped.setup)
+    except InvalidSetupError as exc:
+        # The setup's own rules, worded in this tool's keys (optimizer_in_backward -> optimizer_in_bwd).
+        def namer(name):
+            return mapped.keys.get(name) or tool_key(name, tool) or ("--gpus" if name == "gpus" else name)
+        raise InvalidSetupError(f"{file}: {exc.render(namer)}") from None
     est = estimate(spec, setup)
     ver = verdict(est, hardware) if hardware else None
     result = CheckResult(str(file), tool, mapped, setup, est, ver, data=data,
-                         warnings=warnings_for(spec, setup, est, hardware, ver))
+                         warnings=[Caution(code, message) for code, message in mapped.notes]
+                         + warnings_for(spec, setup, est, hardware, ver))
     result.dataset = _dataset_check(mapped, file, spec, setup, tokenizer, result)
     if ver is not None and ver.status != "fits":
         for s in suggest(spec, setup, hardware,
@@ -124,21 +123,36 @@ def _dataset_check(mapped: Mapped, file: Path, spec, setup, tokenizer: str | Non
     """The length check when the config names a local dataset file and a tokenizer is at hand."""
     if not mapped.dataset or not isinstance(mapped.dataset, str):
         return None
-    dataset = Path(mapped.dataset).expanduser()
+    from ..advisor import Caution
+
+    dataset = expand_path(mapped.dataset)
     if not dataset.is_absolute():
         dataset = (file.parent / dataset)
-    model_dir = Path(str(mapped.model)).expanduser()
-    tok = tokenizer or (str(model_dir) if model_dir.is_dir() else None)
-    if not dataset.is_file() or tok is None:
+    key = mapped.dataset_key or "dataset"
+    if not is_file(dataset):
+        result.warnings.append(Caution("dataset-not-checked", one_line(
+            f"{key}: {mapped.dataset} is not a file (looked at {dataset}; a Hub dataset, or a missing path): its "
+            f"lengths were not checked")))
+        return None
+    model_dir = expand_path(str(mapped.model))
+    tok = tokenizer or (str(model_dir) if _is_dir(model_dir) else None)
+    if tok is None:
+        mapped.defaults.append(one_line(f"{key}: {mapped.dataset} not length-checked: no tokenizer at hand "
+                                        f"(--tokenizer, or a local model directory)"))
         return None
     from ..dataset import length_stats, length_warnings, token_lengths
-
-    from ..advisor import Caution
 
     lengths, layout = token_lengths(str(dataset), tok)
     stats = length_stats(lengths, layout, setup.seq_len)
     result.warnings += [Caution(w["code"], w["message"]) for w in length_warnings(stats)]
     return stats
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def write_suggested(result: CheckResult, out: str, in_place: bool = False) -> EditSuggestion:

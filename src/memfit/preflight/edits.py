@@ -108,7 +108,9 @@ def _method(tool: str, method: str, data: dict) -> dict | None:
     if tool == "llamafactory":
         return {"finetuning_type": "lora", "quantization_bit": 4 if method == "qlora" else None}
     if tool == "trl":
-        return {"use_peft": True, "load_in_4bit": method == "qlora"}
+        # TRL's ModelConfig.use_bnb_nested_quant defaults to false; memfit's QLoRA is double-quantized (nf4-dq).
+        return {"use_peft": True, "load_in_4bit": method == "qlora",
+                **({"use_bnb_nested_quant": True} if method == "qlora" else {})}
     if tool == "torchtune":
         component = str((data.get("model") or {}).get("_component_", ""))
         module, _, builder = component.rpartition(".")
