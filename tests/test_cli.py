@@ -120,6 +120,7 @@ BAD = [
     (["estimate", "llama-3.1-8b", "--gpus", "2", "--shard", "hsdp"], 1, "--nodes 2 or more"),
     (["estimate", "llama-3.1-8b", "--method", "qlora", "--precision", "fp32"], 1, "contradicts"),
     (["estimate", "0.0001B"], 1, "below a million"),
+    (["estimate", "~nosuchuser/x"], 1, "cannot be read as a path"),
     (["estimate", "llama-3.1-8b", "--attn", "magic"], 1, "--attn 'magic' is not one of sdpa, flash, eager"),
     (["estimate"], 2, "required"),
     (["frobnicate"], 2, "invalid choice"),

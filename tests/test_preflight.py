@@ -343,7 +343,7 @@ def test_a_folder_or_missing_file(tmp_path):
 def test_unusable_model_names_are_errors(tmp_path):
     assert "base_model: ~nosuchuser-memfit/x: no such user's home folder" in _error(
         _yaml_file(tmp_path, "base_model: ~nosuchuser-memfit/x\nadapter: lora\n"), SourceError)
-    assert "base_model: cannot be looked up (File name too long)" in _error(
+    assert "cannot be read as a path (File name too long)" in _error(
         _yaml_file(tmp_path, f"base_model: {'x' * 300}\nadapter: lora\n"), SourceError)
 
 

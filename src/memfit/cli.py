@@ -156,6 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not bad input: still one line (MEMFIT_DEBUG=1 shows the traceback)
+        import os
+
+        if os.environ.get("MEMFIT_DEBUG"):
+            raise
+        print(f"error: internal error ({type(exc).__name__}); please report it with the command you ran "
+              f"(MEMFIT_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 3
     try:
         print(output)
     except BrokenPipeError:  # `memfit models | head`

@@ -248,13 +248,16 @@ def check_range(option: Option, value) -> str | None:
     """Why `value` is outside what `option` can mean, or None."""
     if option.kind not in ("int", "float") or value is None:
         return None
+    def num(x) -> str:   # 2097152, not 2.09715e+06
+        return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
     if option.minimum is not None and value < option.minimum:
-        return f"must be at least {option.minimum:g}, got {value}"
+        return f"must be at least {num(option.minimum)}, got {value}"
     if option.maximum is not None:
         if option.below_maximum and value >= option.maximum:
-            return f"must be below {option.maximum:g}, got {value}"
+            return f"must be below {num(option.maximum)}, got {value}"
         if value > option.maximum:
-            return f"{value} is absurdly large (limit {option.maximum:g})"
+            return f"{value} is absurdly large (limit {num(option.maximum)})"
     return None
 
 

@@ -182,6 +182,7 @@ def render_check(result, written_path=None, written=None) -> str:
     lines = [f"{result.path}: {result.tool} config for {m.model}",
              f"  read as: {s.method}, batch {s.batch_size} x accumulation {s.grad_accum}, length {s.seq_len}, "
              f"{'gradient checkpointing' if s.grad_ckpt else 'no checkpointing'}, {s.optimizer}, attn {s.attn}"
+             + (f", {s.quant} base" if s.method == "qlora" else "")
              + (f", LoRA r{s.lora_rank} {','.join(s.lora_targets)}" if s.method != "full" else "")
              + (f", {s.shard} over {s.world_size} GPUs" if s.shard != "none" else ""),
              f"  keys used: {', '.join(m.used)}"]

@@ -33,11 +33,11 @@ def load_model(ref: str, *, allow_network: bool = True, allow_paths: bool = True
         if ref.startswith((".", "/", "~")) or "\\" in ref or ".." in ref or ref.endswith(".json"):
             raise SourceError(f"{shorten(ref)}: this server takes catalog names and Hub ids, not paths")
     else:
-        path = Path(ref).expanduser()
         try:
+            path = Path(ref).expanduser()
             is_file, is_dir = path.is_file(), path.is_dir()
-        except OSError as exc:   # a component over NAME_MAX, a permission error on a parent
-            raise SourceError(f"{shorten(ref)}: cannot be read as a path ({exc.strerror or exc})") from None
+        except (OSError, RuntimeError) as exc:   # over NAME_MAX, a parent we may not read, ~nouser
+            raise SourceError(f"{shorten(ref)}: cannot be read as a path ({getattr(exc, 'strerror', None) or exc})") from None
         if is_file:
             return load_config_file(path)
         if is_dir:
