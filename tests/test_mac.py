@@ -111,3 +111,21 @@ def test_mac_catalog_by_slug_and_listing(capsys):
     code, out, _ = _run(capsys, "macs", "--format", "json")
     slugs = {m["slug"] for m in json.loads(out)["macs"]}
     assert code == 0 and {"m1-8gb", "m3-max-36gb", "m2-ultra-192gb"} <= slugs
+
+
+def test_check_reads_an_mlx_lm_config_the_mac_way(tmp_path, capsys):
+    """num_layers is --train-layers, lora_parameters.keys the targets; the advice edits mlx-lm's own keys."""
+    path = tmp_path / "lora.yaml"
+    path.write_text("model: Qwen/Qwen2.5-7B\nfine_tune_type: lora\nnum_layers: 8\nbatch_size: 4\n"
+                    "lora_parameters:\n  keys: [self_attn.q_proj, self_attn.v_proj]\n  rank: 8\n  scale: 20.0\n")
+    code, out, _ = _run(capsys, "check", str(path), "--mac", "36GB", "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and data["setup"]["train_layers"] == 8 and data["setup"]["lora_targets"] == ["q", "v"]
+    expected = estimate(load_model("Qwen/Qwen2.5-7B"), TrainingSetup(recipe="mlx", train_layers=8,
+                                                                    lora_targets=("q", "v")))
+    assert data["estimate"]["device_bytes"] == expected.device_bytes and "mlx_peak_bytes" in data["estimate"]
+    keys = {k for s in data["suggestions"] for k in s["edits"]}
+    assert keys <= {"batch_size", "grad_accumulation_steps", "grad_checkpoint", "num_layers", "model",
+                    "max_seq_length", "fine_tune_type"}
+    code, out, _ = _run(capsys, "check", str(path), "--mac", "36GB")
+    assert not any(w in out for w in CUDA_WORDS)

@@ -545,9 +545,8 @@ def test_other_tools_keys_not_modelled(tmp_path):
         _yaml_file(tmp_path, mlx + "fine_tune_type: dora\n"))
     layers = check_config(_yaml_file(tmp_path, mlx + "num_layers: 8\noptimizer: sgd\n"))
     assert layers.setup.optimizer == "sgd"
-    assert [w.message for w in layers.warnings if w.code == "key-not-honoured"] == [
-        "line 3: num_layers: 8: memfit's mlx recipe puts adapters on 16 layers (mlx-lm's default); the adapter and "
-        "its optimizer state are estimated for 16"]
+    # num_layers is honoured now: it is --train-layers.
+    assert layers.setup.train_layers == 8 and not [w for w in layers.warnings if w.code == "key-not-honoured"]
     tt = ("model: {_component_: torchtune.models.llama3_2.lora_llama3_2_1b}\ndtype: fp16\n")
     assert "line 2: dtype: 'fp16' is not one of bf16, fp32" in _error(_yaml_file(tmp_path, tt))
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InvalidSetupError
-from ..options import BY_NAME, normalize
+from ..options import ALL_TARGETS, BY_NAME, normalize, parse_targets
 from .reader import (ATTENTION_NAMES, Reader, is_file, one_line, quant4, read_attention, read_deepspeed, read_fsdp,
                      read_precision, show)
 
@@ -440,11 +440,19 @@ def read_mlx(data: dict, base_dir=None, lines=None) -> Mapped:
     defaults = [f"{k} not set: mlx-lm's default {v}" for k, v in (("batch_size", 4), ("max_seq_length", 2048),
                 ("num_layers", 16), ("optimizer", "adam")) if not r.has(k)]
     layers = r.int("num_layers", 16, minimum=-1)
-    if ftype != "full" and layers != 16:
-        r.note("key-not-honoured", "num_layers", f"{layers}: memfit's mlx recipe puts adapters on 16 layers "
-                                                 f"(mlx-lm's default); the adapter and its optimizer state are "
-                                                 f"estimated for 16")
+    if layers is not None and layers != 16:
+        # mlx-lm --num-layers (-1: all of them) is memfit's train_layers (lora.py:240-252).
+        setup["train_layers"] = 10_000 if layers == -1 else max(layers, 1)
+    keys_given = (data.get("lora_parameters") or {}).get("keys") if isinstance(data.get("lora_parameters"), dict) \
+        else None
+    if ftype != "full" and isinstance(keys_given, list) and keys_given:
+        # mlx-lm lora_parameters.keys: module paths such as self_attn.q_proj (tuner/utils.py linear_to_lora_layers)
+        names = [str(k).rsplit(".", 1)[-1] for k in keys_given]
+        setup["lora_targets"] = parse_targets(",".join(names)) if all(
+            n.removesuffix("_proj") in ALL_TARGETS for n in names) else None
+        r.used.append("lora_parameters.keys")
     keys = {"batch_size": "batch_size", "seq_len": "max_seq_length", "grad_ckpt": "grad_checkpoint",
+            "train_layers": "num_layers",
             "lora_rank": "lora_parameters.rank", "method": "fine_tune_type", "grad_accum": "grad_accumulation_steps",
             "lora_dropout": "lora_parameters.dropout", "optimizer": "optimizer"}
     data_dir = r.text("data", what="a data folder or dataset name")

@@ -190,8 +190,8 @@ def render_check(result, written_path=None, written=None) -> str:
     if m.ignored:
         lines.append(f"  ignored (no effect on memory): {', '.join(m.ignored)}")
     est = result.estimate
-    lines.append(f"  needs {gib(est.device_bytes)} per GPU (peak at {est.peak_phase}; "
-                 f"{gib(est.peak_allocated_bytes)} allocated)")
+    counted = "mx.get_peak_memory()" if est.kind == "mlx" else f"{gib(est.peak_allocated_bytes)} allocated"
+    lines.append(f"  needs {gib(est.device_bytes)} per GPU (peak at {est.peak_phase}; {counted})")
     if result.verdict:
         lines.append(render_verdict(result.verdict))
     shown = [x for x in result.suggestions if x.unavailable is None and x.edits]
