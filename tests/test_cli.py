@@ -121,6 +121,8 @@ BAD = [
     (["estimate", "llama-3.1-8b", "--method", "qlora", "--precision", "fp32"], 1, "contradicts"),
     (["estimate", "0.0001B"], 1, "below a million"),
     (["estimate", "~nosuchuser/x"], 1, "cannot be read as a path"),
+    (["trace", "gpt2", "--steps", "1000000"], 1, "trace 2 to 20 optimizer steps"),     # refused before torch loads
+    (["plot", "gpt2", "-o", "/nonexistent-folder/x.png"], 1, "the folder /nonexistent-folder does not exist"),
     (["estimate", "llama-3.1-8b", "--attn", "magic"], 1, "--attn 'magic' is not one of sdpa, flash, eager"),
     (["estimate"], 2, "required"),
     (["frobnicate"], 2, "invalid choice"),
@@ -229,3 +231,10 @@ def test_readme_flag_reference_is_the_options_table():
     for group in ("setup", "hardware"):
         block = readme.split(f"<!-- flags:{group} -->\n```\n", 1)[1].split("\n```", 1)[0]
         assert block == flag_reference(group), f"{group}: run python tools/readme_flags.py"
+
+
+def test_gpt2_past_its_1024_positions_is_a_warning(capsys):
+    """Issue #14: GPT-2 at 100,000 tokens was estimated without a word (n_positions is 1024)."""
+    code, out, _ = run(capsys, "estimate", "gpt2", "--seq-len", "100000", "--format", "json")
+    warnings = {w["code"]: w["message"] for w in json.loads(out)["warnings"]}
+    assert code == 0 and "context of 1024 tokens" in warnings["past-context"]
