@@ -156,6 +156,8 @@ def read_llamafactory(data: dict, base_dir=None) -> Mapped:
              "seq_len": r.int("cutoff_len", 2048), "grad_accum": r.int("gradient_accumulation_steps", 1),
              # LLaMA-Factory checkpoints by default: disable_gradient_checkpointing defaults to false.
              "grad_ckpt": not r.flag("disable_gradient_checkpointing"), "recipe": "hf"}
+    if r.flag("enable_liger_kernel"):
+        setup["chunked_ce"] = True      # model_args.py:137; Liger's fused linear cross-entropy
     defaults = [f"{k} not set: LLaMA-Factory's default {v}" for k, v in (
         ("per_device_train_batch_size", 8), ("cutoff_len", 2048), ("gradient_accumulation_steps", 1))
         if not r.has(k)]
