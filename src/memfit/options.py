@@ -45,6 +45,18 @@ QUANTS = BNB_QUANTS + MLX_QUANTS
 SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+# The loss kernels memfit prices (physics/loss.py has each one's memory and its source).
+LOSSES = {
+    "hf": "transformers ForCausalLMLoss: logits.float() then cross_entropy (full fp32 logits)",
+    "plain": "F.cross_entropy on the logits in their own dtype (a plain PyTorch loop)",
+    "chunked": "the stack's chunked cross-entropy (torchtune LinearCrossEntropyLoss, LitGPT chunked_cross_entropy)",
+    "liger": "Liger-Kernel fused linear cross-entropy (no full logits; chunks sized by vocab / hidden)",
+    "unsloth": "unsloth-zoo fused linear cross-entropy (logit chunks capped at 2 GiB)",
+    "trl-chunked-nll": "TRL 1.7-1.14 loss_type chunked_nll (256-token chunks, transient fp32 copy of lm_head)",
+    "trl-fused-head": "TRL >= 1.15 fused LM head (4096 x 32768 logit tiles, fp32 gradient accumulators)",
+}
+RECIPE_NAMES = ("hf", "trl", "trl-1.14", "trl-0.21", "torchtune", "litgpt", "unsloth", "axolotl", "llamafactory",
+                "ms-swift", "pytorch", "mlx")
 TOOLS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
 
 # Past these a number is a typo, not a plan: no single device trains 2M tokens per micro-batch.
@@ -84,7 +96,7 @@ def _keys(**keys: str) -> Mapping[str, str]:
 
 SETUP_OPTIONS: tuple[Option, ...] = (
     Option("recipe", "choice", "the training stack whose defaults fill what you do not set", default="hf",
-           choices=("hf", "torchtune", "litgpt", "unsloth", "axolotl", "pytorch", "mlx")),
+           choices=RECIPE_NAMES),
     Option("method", "choice", "what trains: every weight, a LoRA adapter, or an adapter on a 4-bit base",
            default="lora", choices=METHODS,
            tool_keys=_keys(axolotl="adapter", llamafactory="finetuning_type", torchtune="model._component_",
@@ -121,9 +133,12 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("ckpt_offload", "bool", "checkpoints kept in host memory (unsloth's offloaded checkpointing)"),
     Option("attn", "choice", "attention kernel", default="sdpa", choices=ATTENTION,
            tool_keys=_keys(axolotl="flash_attention", llamafactory="flash_attn", trl="attn_implementation")),
-    Option("chunked_ce", "bool", "chunked cross-entropy (the recipe's own kind; Liger's for hf)", default=False,
+    Option("chunked_ce", "bool", "chunked cross-entropy: on picks the recipe's chunked loss, off its plain one "
+           "(shorthand for --loss; it must agree with an explicit --loss)", default=False,
            tool_keys=_keys(axolotl="cut_cross_entropy", llamafactory="enable_liger_kernel",
                            torchtune="loss._component_", trl="use_liger_kernel")),
+    Option("loss", "choice", "the loss kernel (logits and cross-entropy memory)", default="hf",
+           choices=tuple(LOSSES)),
     Option("lora_rank", "int", "LoRA rank", default=8, minimum=1, maximum=MAX_RANK, methods=ADAPTER_METHODS,
            tool_keys=_keys(axolotl="lora_r", llamafactory="lora_rank", torchtune="model.lora_rank", trl="lora_r",
                            mlx="lora_parameters.rank")),

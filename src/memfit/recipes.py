@@ -14,10 +14,13 @@ from .errors import InvalidSetupError
 from .options import ALL_TARGETS, OPTIMIZERS
 
 # The setup options a recipe gives a default for (the rest come from the options table).
-RECIPE_FIELDS = ("precision", "optimizer", "grad_ckpt", "attn", "lora_rank", "lora_targets", "lora_dropout", "quant")
-# Every option whose default depends on the recipe or the method (setup.py resolves the last four from others).
-RECIPE_DECIDED = RECIPE_FIELDS + ("chunked_ce", "optimizer_in_backward", "autocast", "ckpt_offload", "shard",
-                                  "train_layers")
+RECIPE_FIELDS = ("precision", "optimizer", "grad_ckpt", "attn", "lora_rank", "lora_targets", "lora_dropout", "quant",
+                 "loss")
+# Every option whose default depends on the recipe or the method (setup.py resolves some of them from others).
+RECIPE_DECIDED = RECIPE_FIELDS + ("chunked_ce", "optimizer_in_backward", "autocast", "ckpt_offload", "ckpt_reentrant",
+                                  "kbit_upcast", "shard", "train_layers")
+# The loss kernels that never hold the full B x S x V logits: `chunked_ce` is true exactly for these.
+CHUNKED_LOSSES = ("chunked", "liger", "unsloth", "trl-chunked-nll", "trl-fused-head")
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,14 @@ class Recipe:
     lora_targets: tuple[str, ...]
     lora_dropout: float
     adapter_fp32: bool             # LoRA weights upcast to fp32 (PEFT autocast_adapter_dtype=True)
-    loss: str                      # "hf" | "plain" | "chunked-fp32" | "chunked-kept" | "fused"
+    loss: str                      # the loss kernel this stack runs by default (options.LOSSES)
     fp32_logits_copy: bool         # accelerate's convert_outputs_to_fp32 under autocast
+    chunked_loss: str = "liger"    # what `--chunked-ce` picks here (the stack's own chunked or fused loss)
+    plain_loss: str = "hf"         # what `--no-chunked-ce` picks here
+    chunked_kind: str = "chunked-fp32"   # how `--loss chunked` runs here (physics/loss.py)
     quant: str = "nf4-dq"
     ckpt_offload: bool = False     # checkpoints kept in host memory (unsloth's offloaded checkpointing)
+    ckpt_reentrant: bool = False   # torch.utils.checkpoint use_reentrant=True (when checkpointing)
     fused_norm: bool = False       # norms are fused kernels that save only their input (MLX, Liger, Unsloth)
     defaults: dict = field(default_factory=dict)         # other setup options this stack sets (mlx: batch 4)
     full_overrides: dict = field(default_factory=dict)   # defaults that differ for full fine-tuning
@@ -54,44 +61,94 @@ class Recipe:
             return self.full_overrides[name]
         if name in self.defaults:
             return self.defaults[name]
-        if name in RECIPE_FIELDS:
+        if name in RECIPE_FIELDS or name == "ckpt_reentrant":
             return getattr(self, name)
         if name == "chunked_ce":
-            return self.loss not in ("hf", "plain")
+            return self.default("loss", method) in CHUNKED_LOSSES
         return None
 
+    def loss_for(self, chunked: bool) -> str:
+        """The loss `--chunked-ce` (True) or `--no-chunked-ce` (False) means in this stack."""
+        return self.chunked_loss if chunked else self.plain_loss
+
+
+_PEFT_LORA = ("LoraConfig defaults r=8, lora_dropout=0.0, q_proj/v_proj for Llama-style models: peft 0.21.2 "
+              "src/peft/tuners/lora/config.py and utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING")
+_PEFT_FP32 = "fp32 adapters: PEFT autocast_adapter_dtype=True (huggingface/peft#1706)"
+_HF_TRAINER = ("transformers 5.24.0 training_args.py:806-811 default optim adamw_torch_fused for torch >= 2.8; "
+               ":926 gradient_checkpointing default False; bf16=True (set by the user) is autocast with no master "
+               "copy: accelerate 1.16 accelerator.py prepare_model")
+_HF_LOSS = "transformers 5.24.0 loss/loss_utils.py:61 ForCausalLMLoss upcasts the logits: logits = logits.float()"
+_TRL_BASE = ("trl 1.16.0 trainer/base_config.py:62-63 gradient_checkpointing default True (since v0.22.0, "
+             "huggingface/trl#3510); :108 bf16 = not fp16 when unset")
 
 RECIPES: dict[str, Recipe] = {
     "hf": Recipe(
-        name="hf", description="transformers v5 Trainer / TRL SFTTrainer with PEFT, bf16=True",
+        name="hf", description="transformers v5 Trainer with PEFT, bf16=True",
         precision="auto", autocast=True, optimizer="adamw-fused", grad_ckpt=False, attn="sdpa",
         lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=True, loss="hf",
         fp32_logits_copy=True,
         qlora_overrides={"grad_ckpt": True},
-        sources=("dtype='auto' default: huggingface/transformers#42805 (modeling_utils.py)",
-                 "default optim adamw_torch_fused for torch>=2.8: huggingface/transformers#37358",
-                 "bf16=True is autocast, no master copy: accelerate/accelerator.py prepare_model",
-                 "LoraConfig defaults r=8, lora_dropout=0.0, q_proj/v_proj for Llama-style models: "
-                 "huggingface/peft src/peft/tuners/lora/config.py and utils/constants.py",
-                 "fp32 adapters: PEFT autocast_adapter_dtype=True, huggingface/peft#1706",
-                 "loss upcasts logits to fp32: transformers src/transformers/loss/loss_utils.py",
+        sources=("dtype='auto' default: huggingface/transformers#42805 (modeling_utils.py)", _HF_TRAINER, _PEFT_LORA,
+                 _PEFT_FP32, _HF_LOSS,
                  "QLoRA enables gradient checkpointing: peft prepare_model_for_kbit_training "
-                 "(use_gradient_checkpointing=True) and TRL >= 0.22's own k-bit preparation")),
+                 "(use_gradient_checkpointing=True) and TRL >= 0.22's own k-bit preparation",
+                 "--chunked-ce means Liger's fused linear cross-entropy (Trainer use_liger_kernel=True)")),
+    "trl": Recipe(
+        name="trl", description="TRL 1.16 SFTTrainer (fused LM head loss, gradient checkpointing on) with PEFT",
+        precision="auto", autocast=True, optimizer="adamw-fused", grad_ckpt=True, attn="sdpa",
+        lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=True, loss="trl-fused-head",
+        fp32_logits_copy=True, chunked_loss="trl-fused-head",
+        sources=(_TRL_BASE,
+                 "trl 1.16.0 trainer/sft_config.py:283-289 loss_type default 'nll', :314-321 'chunked_nll' a deprecated "
+                 "alias of it; trainer/sft_trainer.py:1142-1147 add_fused_lm_head on every SFTTrainer (since 1.15.0; "
+                 "1.14.0 still has chunked_nll)",
+                 "trl 1.16.0 trainer/utils.py:1506 _CHUNKED_LOGPROB_CHUNK_SIZE = 32768 (vocab tile), "
+                 "kernels/chunked_logprob.py:31 TOKEN_CHUNK_SIZE = 4096, :347 and :413 one tile buffer, :406-412 fp32 grad accumulators, :456 cast back",
+                 "trl >= 0.22 no longer calls prepare_model_for_kbit_training (no fp32 upcast)", _HF_TRAINER,
+                 _PEFT_LORA, _PEFT_FP32)),
+    "trl-1.14": Recipe(
+        name="trl-1.14", description="TRL 1.7-1.14 SFTTrainer (loss_type chunked_nll, gradient checkpointing on)",
+        precision="auto", autocast=True, optimizer="adamw-fused", grad_ckpt=True, attn="sdpa",
+        lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=True, loss="trl-chunked-nll",
+        fp32_logits_copy=True, chunked_loss="trl-chunked-nll",
+        sources=("huggingface/trl@f2cd577 (1.10.0.dev0) trainer/sft_config.py:107-114,283,334-336 loss_type defaults to "
+                 "chunked_nll (default since v1.7.0, huggingface/trl#5846; the same code through 1.14.0)",
+                 "huggingface/trl@f2cd577 trainer/sft_trainer.py:86 _CHUNKED_LM_HEAD_CHUNK_SIZE = 256; :99-114 "
+                 "_chunk: logits = h.float() @ w.float().t(), log_softmax, nll_loss, entropy, under "
+                 "torch.utils.checkpoint; :202-203 valid tokens reordered to the front (hidden[order])",
+                 "trl 0.22+ base_config.py gradient_checkpointing default True (huggingface/trl#3510)", _PEFT_LORA,
+                 _PEFT_FP32)),
+    "trl-0.21": Recipe(
+        name="trl-0.21", description="TRL <= 0.21 SFTTrainer (HF loss, no checkpointing by default; QLoRA through "
+                                     "peft prepare_model_for_kbit_training)",
+        precision="auto", autocast=True, optimizer="adamw-fused", grad_ckpt=False, attn="sdpa",
+        lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=True, loss="hf",
+        fp32_logits_copy=True,
+        qlora_overrides={"grad_ckpt": True, "kbit_upcast": True},
+        sources=("trl 0.21 sft_config.py inherits TrainingArguments.gradient_checkpointing=False; True from v0.22.0 "
+                 "(huggingface/trl commit a222aeb, #3510)",
+                 "trl 0.21 sft_trainer.py calls peft prepare_model_for_kbit_training for k-bit models: fp32 upcast of "
+                 "non-quantized params (peft src/peft/utils/other.py) and use_gradient_checkpointing=True",
+                 _HF_LOSS, _PEFT_LORA, _PEFT_FP32)),
     "torchtune": Recipe(
-        name="torchtune", description="torchtune single-device recipes (lora_finetune_single_device)",
+        name="torchtune", description="torchtune 0.7 single-device recipes (lora_finetune_single_device)",
         precision="bf16", autocast=False, optimizer="adamw-fused", grad_ckpt=True, attn="sdpa",
         lora_rank=8, lora_targets=("q", "v", "o", "gate", "up", "down"), lora_dropout=0.0, adapter_fp32=False,
-        loss="chunked-fp32", fp32_logits_copy=False,
+        loss="chunked", fp32_logits_copy=False, chunked_loss="chunked",
         full_overrides={"optimizer": "paged-adamw-8bit", "optimizer_in_backward": True},
-        sources=("recipes/configs/llama3_1/8B_lora_single_device.yaml: dtype bf16, AdamW fused, "
-                 "enable_activation_checkpointing True, lora_attn_modules q/v/output, apply_lora_to_mlp, rank 8",
-                 "8B_full_single_device.yaml: PagedAdamW8bit with optimizer_in_bwd True",
-                 "CEWithChunkedOutputLoss: torchtune/modules/loss/ce_chunked_output_loss.py (8 chunks, fp32)")),
+        sources=("pytorch/torchtune@bd2a0fc (0.7.0) recipes/configs/llama3_1/8B_lora_single_device.yaml:24-29 "
+                 "lora_attn_modules q/v/output_proj, apply_lora_to_mlp, rank 8, dropout 0.0; :61-65 torch AdamW "
+                 "fused=True; :71 LinearCrossEntropyLoss; :90 dtype bf16; :93 enable_activation_checkpointing True",
+                 "8B_full_single_device.yaml:59-60 bitsandbytes PagedAdamW8bit, :66 optimizer_in_bwd True",
+                 "torchtune/modules/loss/cross_entropy_loss.py:19-180 LinearCrossEntropyLoss: 8 chunks "
+                 "(num_output_chunks), ignored tokens masked out, each chunk's logits.float() then cross_entropy")),
     "litgpt": Recipe(
         name="litgpt", description="LitGPT finetune (bf16-true precision)",
         precision="bf16", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",
         lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.05, adapter_fp32=False,
-        loss="chunked-kept", fp32_logits_copy=False, quant="nf4",
+        loss="chunked", fp32_logits_copy=False, quant="nf4", chunked_loss="chunked", plain_loss="plain",
+        chunked_kind="chunked-kept",
         arch_overrides={"tied_embeddings": False, "fused_qkv": True, "norm_style": "gemma"},
         sources=("LitGPT builds its own model (litgpt/model.py): an untied lm_head always, one fused qkv linear, "
                  "RMSNorm computed in fp32 with the weight applied before the cast back",
@@ -101,26 +158,60 @@ RECIPES: dict[str, Recipe] = {
     "unsloth": Recipe(
         name="unsloth", description="Unsloth FastLanguageModel + TRL SFTTrainer",
         precision="auto", autocast=True, optimizer="adamw-8bit", grad_ckpt=True, attn="flash",
-        lora_rank=16, lora_targets=ALL_TARGETS, lora_dropout=0.0, adapter_fp32=True, loss="fused",
-        fp32_logits_copy=False, ckpt_offload=True, fused_norm=True,
-        sources=("unsloth notebooks: r=16, all 7 projections, lora_dropout=0, optim adamw_8bit, "
-                 "use_gradient_checkpointing='unsloth' (checkpoints offloaded to CPU)",
-                 "fused cross-entropy and RMSNorm Triton kernels: unslothai/unsloth kernels/")),
+        lora_rank=16, lora_targets=ALL_TARGETS, lora_dropout=0.0, adapter_fp32=True, loss="unsloth",
+        fp32_logits_copy=False, ckpt_offload=True, fused_norm=True, chunked_loss="unsloth",
+        sources=("unslothai/unsloth@015bdef (2026.8.19) unsloth/models/llama.py:3063-3079 get_peft_model r=16, all 7 "
+                 "projections, lora_dropout=0.0, use_gradient_checkpointing='unsloth' (checkpoints offloaded to CPU)",
+                 "unsloth notebooks: optim adamw_8bit",
+                 "unsloth-zoo 2026.10.9 fused_losses/cross_entropy_loss.py:743-756 _use_chunked_ce -> "
+                 "fused_losses/chunked_logprob.py:430-456 fused_linear_cross_entropy; fused_linear.py:69 "
+                 "UNSLOTH_LOGPROB_CHUNK_GB default 2.0, chunked_logprob.py:47 8 bytes per logit",
+                 "fused RMSNorm Triton kernel: unslothai/unsloth kernels/rms_layernorm.py")),
     "axolotl": Recipe(
-        name="axolotl", description="axolotl example configs (HF Trainer underneath)",
+        name="axolotl", description="axolotl 0.18 example configs (HF Trainer underneath)",
         precision="auto", autocast=True, optimizer="adamw-8bit", grad_ckpt=True, attn="flash",
         lora_rank=32, lora_targets=ALL_TARGETS, lora_dropout=0.05, adapter_fp32=True, loss="hf",
         fp32_logits_copy=True,
-        sources=("axolotl examples/llama-3/lora-8b.yml: lora_r 32, lora_dropout 0.05, lora_target_linear, "
-                 "gradient_checkpointing true, optimizer adamw_bnb_8bit, flash_attention true",)),
+        sources=("axolotl-ai-cloud/axolotl@067b021 (0.18.0) examples/llama-3/lora-8b.yml:25 lora_r 32, :27 "
+                 "lora_dropout 0.05, :28 lora_target_linear, :42 optimizer adamw_bnb_8bit, :49 "
+                 "gradient_checkpointing true, :52 flash_attention_2",
+                 "src/axolotl/loaders/model.py:345-346 use_reentrant defaults to False", _HF_LOSS,
+                 "--chunked-ce means Liger (axolotl's liger plugin; cut_cross_entropy is modelled the same)")),
+    "llamafactory": Recipe(
+        name="llamafactory", description="LLaMA-Factory 0.9.6 SFT (HF Trainer underneath)",
+        precision="auto", autocast=True, optimizer="adamw-fused", grad_ckpt=True, attn="sdpa",
+        lora_rank=8, lora_targets=ALL_TARGETS, lora_dropout=0.0, adapter_fp32=True, loss="hf",
+        fp32_logits_copy=True, ckpt_reentrant=True,
+        sources=("hiyouga/LLaMA-Factory@ff6d4d1 (0.9.6.dev0) src/llamafactory/hparams/finetuning_args.py:73-82 "
+                 "lora_dropout 0.0, lora_rank 8, lora_target 'all'",
+                 "src/llamafactory/hparams/model_args.py:137 enable_liger_kernel False, :145 "
+                 "disable_gradient_checkpointing False (checkpointing on: model_utils/checkpointing.py:184-198), "
+                 ":149 use_reentrant_gc True",
+                 "optimizer: HF Trainer's default (adamw_torch_fused)", _HF_LOSS, _PEFT_FP32,
+                 "--chunked-ce means Liger (enable_liger_kernel)")),
+    "ms-swift": Recipe(
+        name="ms-swift", description="ms-swift 4.6 sft (HF Trainer underneath)",
+        precision="auto", autocast=True, optimizer="adamw-fused", grad_ckpt=True, attn="sdpa",
+        lora_rank=8, lora_targets=ALL_TARGETS, lora_dropout=0.05, adapter_fp32=True, loss="hf",
+        fp32_logits_copy=True,
+        sources=("modelscope/ms-swift@3602360 (4.6.0.dev0) swift/trainers/arguments.py:134 gradient_checkpointing "
+                 "True, :153 use_liger_kernel False",
+                 "swift/arguments/tuner_args.py:126 target_modules all-linear, :133 lora_rank 8, :135 lora_dropout "
+                 "0.05; swift/arguments/base_args/model_args.py:74 torch_dtype None (the checkpoint's)",
+                 "optimizer: HF Trainer's default (adamw_torch_fused)", _HF_LOSS, _PEFT_FP32,
+                 "--chunked-ce means Liger (use_liger_kernel)")),
     "pytorch": Recipe(
-        name="pytorch", description="a plain PyTorch loop (nanoGPT style): model.to(dtype), no autocast, "
-                                    "F.cross_entropy on the logits as they are",
+        name="pytorch", description="a plain PyTorch loop: model.to(dtype), no autocast, "
+                                    "loss = F.cross_entropy(model(x).flatten(0, 1), y)",
         precision="auto", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",
         lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=False, loss="plain",
-        fp32_logits_copy=False,
-        sources=("karpathy/nanoGPT train.py: logits, loss = model(X, Y); loss.backward(); torch.optim.AdamW "
-                 "without flags is foreach on CUDA",)),
+        fp32_logits_copy=False, chunked_loss="chunked", plain_loss="plain",
+        sources=("rasbt/LLMs-from-scratch@7bd2631 ch05/10_llm-training-speed/01_opt_single_gpu.py "
+                 "calc_loss_batch: logits = model(x); cross_entropy(logits.flatten(0, 1), y) in the model's dtype; "
+                 "the logits die with the function, only log_softmax's output is saved",
+                 "karpathy/nanoGPT train.py keeps `logits, loss = model(X, Y)` alive through backward (one more "
+                 "B x S x V tensor than this recipe counts)",
+                 "torch.optim.AdamW without flags is foreach on CUDA (torch/optim/optimizer.py)")),
     "mlx": Recipe(
         name="mlx", description="mlx-lm on Apple silicon (mlx_lm.lora)",
         precision="auto", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",

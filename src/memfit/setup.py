@@ -19,7 +19,7 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       check_range,
                       normalize)
 from .options import parse_targets as _parse_targets
-from .recipes import RECIPES
+from .recipes import CHUNKED_LOSSES, RECIPES
 
 _SHARDED = ("zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 
@@ -41,7 +41,8 @@ class TrainingSetup:
     ckpt_reentrant: bool | None = None          # torch.utils.checkpoint use_reentrant=True (transformers v4)
     ckpt_offload: bool | None = None            # checkpoints in host memory (unsloth)
     attn: str | None = None                     # the kernel asked for (physics/stack.py says what runs)
-    chunked_ce: bool | None = None              # chunked/fused cross-entropy: no full fp32 logits
+    chunked_ce: bool | None = None              # shorthand: the recipe's chunked (True) or plain (False) loss
+    loss: str | None = None                     # the loss kernel (options.LOSSES); decides chunked_ce
     lora_rank: int | None = None
     lora_targets: tuple[str, ...] | None = None
     lora_dropout: float | None = None           # > 0 saves a dropout mask per adapted input
@@ -76,7 +77,7 @@ class TrainingSetup:
         for name in SETUP_FIELDS:
             if name in given:
                 values[name] = given[name]
-            elif name not in ("autocast", "ckpt_offload", "shard"):
+            elif name not in ("autocast", "ckpt_offload", "ckpt_reentrant", "shard", "loss", "chunked_ce"):
                 values[name] = recipe.default(name, method)
                 if values[name] is None:
                     values[name] = BY_NAME[name].default
@@ -86,6 +87,15 @@ class TrainingSetup:
                 values["precision"].endswith("-mixed")
         if "ckpt_offload" not in given:
             values["ckpt_offload"] = recipe.ckpt_offload and values["grad_ckpt"]
+        if "ckpt_reentrant" not in given:
+            values["ckpt_reentrant"] = bool(recipe.default("ckpt_reentrant", method)) and values["grad_ckpt"]
+        # One fact, two spellings: `loss` names the kernel; `chunked_ce` says whether it is one of the chunked ones.
+        # An explicit loss wins; else an explicit chunked_ce picks the recipe's chunked or plain loss; else the
+        # recipe's default. (problems() refuses an explicit pair that disagrees.)
+        if "loss" not in given:
+            values["loss"] = recipe.loss_for(given["chunked_ce"]) if "chunked_ce" in given else \
+                recipe.default("loss", method)
+        values["chunked_ce"] = given.get("chunked_ce", values["loss"] in CHUNKED_LOSSES)
         if "shard" not in given or (given["shard"] == "none" and values["gpus"] * values["nodes"] > 1):
             # `--gpus 4` alone (or with shard none) means four replicas, as torchrun with DDP runs them.
             values["shard"] = "ddp" if values["gpus"] * values["nodes"] > 1 else "none"
@@ -128,6 +138,11 @@ class TrainingSetup:
                 self.autocast != self.precision.endswith("-mixed"):
             p.append(Problem("autocast", f"{{autocast}} contradicts {{precision}} {self.precision} (bf16/fp16 are "
                                          f"pure 16-bit, *-mixed always autocast; use precision auto)"))
+        if "loss" in self.explicit and "chunked_ce" in self.explicit and \
+                (self.loss in CHUNKED_LOSSES) != bool(self.chunked_ce):
+            p.append(Problem("chunked_ce", f"{{chunked_ce}} contradicts {{loss}} {self.loss} (a "
+                                           f"{'chunked' if self.loss in CHUNKED_LOSSES else 'full-logits'} loss); "
+                                           "give one of them"))
         if self.ckpt_reentrant and not self.grad_ckpt:
             p.append(Problem("ckpt_reentrant", "{ckpt_reentrant} checkpointing needs {grad_ckpt}"))
         if self.ckpt_offload and not self.grad_ckpt:

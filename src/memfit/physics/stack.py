@@ -37,7 +37,8 @@ class Stack:
     base_trainable: bool       # full fine-tuning
     lora_modules: tuple[LoraModule, ...]   # per adapted layer
     lora_layers: int           # how many (last) layers carry adapters (setup.train_layers)
-    loss_kind: str             # "hf" | "chunked-fp32" | "chunked-kept" | "fused"
+    loss_kind: str             # "hf" | "plain" | "chunked-fp32" | "chunked-kept" | "liger" | "unsloth" |
+                               # "trl-chunked-nll" | "trl-fused-head" (physics/loss.py)
     fp32_logits_copy: bool
     logits_bytes: int          # dtype of the lm_head output
     fused_norm: bool
@@ -127,10 +128,8 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.method == "qlora" else weight_bytes)
     if zero_dtype:
         adapter_bytes = 2       # PEFT's fp32 adapters are cast with the rest of the module
-    if setup.chunked_ce:
-        loss_kind = recipe.loss if recipe.loss not in ("hf", "plain") else "chunked-fp32"
-    else:
-        loss_kind = "plain" if recipe.loss == "plain" else "hf"
+    # `--loss chunked` is the stack's own chunked loss: LitGPT keeps its logit chunks, torchtune upcasts each.
+    loss_kind = recipe.chunked_kind if setup.loss == "chunked" else setup.loss
     logits_bytes = compute_bytes if not (setup.method == "qlora" and setup.kbit_upcast and not autocast
                                                  and not zero_dtype) else 4
     lora_modules: tuple[LoraModule, ...] = ()

@@ -34,6 +34,8 @@ def edits_for(tool: str, changes: dict, data: dict) -> tuple[dict, str | None]:
     change nothing; or (partial, reason) when the tool has no key for one of them."""
     out: dict = {}
     for name, value in changes.items():
+        if name == "loss" and "chunked_ce" in changes:
+            continue                     # the loss follows from the chunked switch written for chunked_ce
         edits = _one(tool, name, value, data)
         if edits is None:
             return out, f"{tool} has no setting for {name} {value} (a launcher or another tool's option)"
