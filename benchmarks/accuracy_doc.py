@@ -38,9 +38,13 @@ KNOWN_GAPS = """## Known gaps and their causes
   counted exactly. Likely causes, not yet settled without a GPU run: bitsandbytes before 0.43.2 saved every 4-bit
   layer's input (bitsandbytes#1270), and LitGPT's measured peak includes loading, when bf16 shards pass through
   the GPU before quantization. The error band for QLoRA carries this gap, so the range stays honest.
-- **Full fine-tuning rows from plain PyTorch GPT-2 (nanoGPT-style code) are over-predicted** (up to +48%):
-  that code is not the transformers model memfit walks (its own attention and GELU, fused LayerNorm), and
-  the rows use `max_memory_reserved`, whose fragmentation memfit prices at a flat 10%.
+- **Plain PyTorch GPT-2 rows (RB, rasbt/LLMs-from-scratch ch05/10_llm-training-speed)** were over-predicted by
+  40-50% because memfit priced them as a loop that keeps its logits, with transformers' Python GELU and no dropout.
+  The code frees the logits when `calc_loss_batch` returns (only log_softmax's output is saved), uses dropout 0.1
+  and, from step 6, `nn.GELU(approximate="tanh")`; the `pytorch` recipe and the row mapping now say so. Steps 5-6
+  (eager attention) remain 20-30% over.
+- **Losses** (`--loss`): Liger, unsloth and TRL's fused head are priced from their source, not measured here (no
+  GPU); published Liger figures (frontier.md 2.5) include the benchmark's own input and weight tensors.
 - **LitGPT's FSDP full fine-tuning rows are under-predicted** (gemma-2b on 4 GPUs by 40%; two OOM rows are
   predicted to fit) while memfit's FSDP2 layout matches PyTorch's own `FSDPMemTracker` within 0.1% on a fake
   process group. LitGPT runs FSDP1 and loads a full (unsharded) state dict, and its figures appear to include

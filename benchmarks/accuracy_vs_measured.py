@@ -109,6 +109,8 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         raise Unexpressible("optimizer 'other' has no memfit equivalent")
     if row["quant"] not in ("none", "nf4", "nf4-dq", "int8"):
         raise Unexpressible(f"quantization {row['quant']} is not modelled")
+    if row["quant"] != "none" and row["method"] != "qlora":
+        raise Unexpressible(f"LoRA on a {row['quant']} base is not modelled yet (issue #15 item 3)")
     if "compile" in row["notes"] or "compiled" in row["notes"]:
         raise Unexpressible("torch.compile fuses kernels and frees intermediates memfit counts: not modelled")
     if row["framework"] not in RECIPE_OF:

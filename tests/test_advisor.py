@@ -25,7 +25,10 @@ CASES = [
      "rtx-4090"],
     ["estimate", "google/gemma-2-9b", "--method", "qlora", "--seq-len", "8192", "--memory", "16GiB"],
     ["estimate", "Qwen/Qwen2.5-7B", "--method", "lora", "--mac", "36GB"],
-    ["estimate", "meta-llama/Llama-3.1-8B", "--recipe", "torchtune", "--method", "full", "--gpu", "rtx-4090"],
+    # torchtune 0.7's 8B full recipe (paged 8-bit AdamW in backward, LinearCrossEntropyLoss) fits a 4090 at its
+    # default length; at 8192 tokens it does not.
+    ["estimate", "meta-llama/Llama-3.1-8B", "--recipe", "torchtune", "--method", "full", "--seq-len", "8192", "--gpu",
+     "rtx-4090"],
 ]
 
 

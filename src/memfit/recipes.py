@@ -41,6 +41,7 @@ class Recipe:
     chunked_loss: str = "liger"    # what `--chunked-ce` picks here (the stack's own chunked or fused loss)
     plain_loss: str = "hf"         # what `--no-chunked-ce` picks here
     chunked_kind: str = "chunked-fp32"   # how `--loss chunked` runs here (physics/loss.py)
+    keeps_logits: bool = False     # the training loop holds the logits through backward (plain loss)
     quant: str = "nf4-dq"
     ckpt_offload: bool = False     # checkpoints kept in host memory (unsloth's offloaded checkpointing)
     ckpt_reentrant: bool = False   # torch.utils.checkpoint use_reentrant=True (when checkpointing)
@@ -148,11 +149,13 @@ RECIPES: dict[str, Recipe] = {
         precision="bf16", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",
         lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.05, adapter_fp32=False,
         loss="chunked", fp32_logits_copy=False, quant="nf4", chunked_loss="chunked", plain_loss="plain",
-        chunked_kind="chunked-kept",
+        chunked_kind="chunked-kept", keeps_logits=True,
         arch_overrides={"tied_embeddings": False, "fused_qkv": True, "norm_style": "gemma"},
         sources=("LitGPT builds its own model (litgpt/model.py): an untied lm_head always, one fused qkv linear, "
                  "RMSNorm computed in fp32 with the weight applied before the cast back",
                  "litgpt/finetune/lora.py: precision bf16-true, lm_head_chunk_size=128, chunked_cross_entropy",
+                 "litgpt/finetune/full.py fit(): `logits = model(input_ids)` stays in scope through fabric.backward, "
+                 "so without chunking the bf16 logits live beside the saved log-softmax",
                  "litgpt/lora.py Config defaults: lora_r 8, lora_query/lora_value True, lora_dropout 0.05",
                  "torch.optim.AdamW without flags: foreach on CUDA (torch/optim/optimizer.py)")),
     "unsloth": Recipe(

@@ -87,9 +87,11 @@ def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> LossMemo
         # cross_entropy = log_softmax + nll_loss. log_softmax saves only its output; nothing saves the logits, and a
         # loop like `loss = F.cross_entropy(model(x).flatten(0, 1), y)` drops them, so they die after the forward.
         # Under autocast cross_entropy runs in fp32 (torch autocast's fp32 op list), on a cast of the logits.
+        # LitGPT's and nanoGPT's loops keep `logits` in scope through backward: one more T x V tensor saved.
         ce = 4 if stack.autocast else logit
         cast = 4 * TV if ce != logit else 0
-        return LossMemory(saved=ce * TV + softcap, forward_extra=logit * TV + cast,
+        kept = logit * TV if stack.keeps_logits else 0
+        return LossMemory(saved=ce * TV + kept + softcap, forward_extra=(0 if kept else logit * TV) + cast,
                           backward_extra=2 * ce * TV + (logit * TV if cast else 0),
                           note="cross_entropy on the logits as they are: log-softmax saved, logits freed by the loop")
     if kind == "chunked-fp32":

@@ -40,6 +40,7 @@ class Stack:
     loss_kind: str             # "hf" | "plain" | "chunked-fp32" | "chunked-kept" | "liger" | "unsloth" |
                                # "trl-chunked-nll" | "trl-fused-head" (physics/loss.py)
     fp32_logits_copy: bool
+    keeps_logits: bool         # the loop holds the logits through backward (LitGPT, nanoGPT)
     logits_bytes: int          # dtype of the lm_head output
     fused_norm: bool
     ckpt_offload: bool
@@ -154,6 +155,7 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                  weight_dtype=weight_dtype, residual_cast=residual_cast, adapter_bytes=adapter_bytes,
                  base_trainable=setup.method == "full", lora_modules=lora_modules, lora_layers=lora_layers,
                  loss_kind=loss_kind, fp32_logits_copy=recipe.fp32_logits_copy and autocast,
+                 keeps_logits=recipe.keeps_logits,
                  logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,
                  ckpt_offload=setup.ckpt_offload, kbit_upcast=setup.kbit_upcast,
                  precision=precision, attn=attn, notes=tuple(notes))
