@@ -202,7 +202,7 @@ def test_text_advice_lists_fitting_changes_with_their_commands(capsys):
     assert rest, out
     first = rest.strip().splitlines()[:3]
     # Under hf, --chunked-ce is Liger's fused linear cross-entropy: the gentlest change that fits keeps LoRA.
-    assert first[0].startswith("micro-batch 1 x accumulation 8 + gradient checkpointing + chunked cross-entropy") \
+    assert first[0].startswith("micro-batch 1 x accumulation 8 + gradient checkpointing + Liger fused cross-entropy") \
         and "19.23 GiB" in first[0]
     assert first[2].strip() == ("run:  memfit estimate meta-llama/Llama-3.1-8B --method lora --batch-size 1 "
                                 "--seq-len 4096 --grad-accum 8 --grad-ckpt --chunked-ce --gpu rtx-4090")

@@ -323,6 +323,8 @@ def _undominated(candidates: list[_Candidate]) -> list[_Candidate]:
 
 _WORDS = {"grad_ckpt": lambda v: "gradient checkpointing" if v else "no gradient checkpointing",
           "chunked_ce": lambda v: "chunked cross-entropy" if v else "plain cross-entropy",
+          "loss": lambda v: {"liger": "Liger fused cross-entropy", "unsloth": "unsloth fused cross-entropy",
+                             "chunked": "chunked cross-entropy"}.get(v, f"{v} loss"),
           "optimizer": lambda v: f"optimizer {v}",
           "seq_len": lambda v: f"max length {v}",
           "method": lambda v: {"qlora": "QLoRA", "lora": "LoRA", "full": "full fine-tuning"}[v],
@@ -339,7 +341,9 @@ def _suggestion(c: _Candidate, spec, setup, base, hardware, command_for, model_r
         s = c.setup
         words.append(f"{s.world_size} GPUs with {s.shard}" + (f" ({s.offload} offloaded)" if s.offload != "none"
                                                                else ""))
-    words += [_WORDS[k](v) for k, v in changes.items() if k in _WORDS and k not in ("gpus", "shard", "offload")]
+    # The loss kernel names the change; chunked_ce only says that it is a chunked one.
+    skip = {"gpus", "shard", "offload"} | ({"chunked_ce"} if "loss" in changes else set())
+    words += [_WORDS[k](v) for k, v in changes.items() if k in _WORDS and k not in skip]
     words += [f"{k.replace('_', ' ')} {v}" for k, v in changes.items()
               if k not in _WORDS and k not in ("batch_size", "grad_accum", "lora_targets", "quant", "gpus", "nodes",
                                                "shard", "offload")]
