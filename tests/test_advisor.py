@@ -7,7 +7,8 @@ import shlex
 import pytest
 
 from memfit import Request, TrainingSetup, estimate, load_hardware, load_model, report
-from memfit.advisor import MIN_SAVING_SHARE, warnings_for
+from memfit.advisor import MIN_SAVING_SHARE
+from memfit.cautions import warnings_for
 from memfit.cli import main
 from memfit.search import biggest_model, max_int
 from memfit.verdict import fits, verdict

@@ -17,19 +17,15 @@ from typing import Mapping
 from .errors import MemfitError
 from .estimator import Estimate, estimate
 from .hardware import Hardware
-from .options import BNB_OPTIMIZERS
 from .search import biggest_model, max_int
 from .setup import TrainingSetup
 from .spec import ModelSpec
-from .units import GB, gib
 from .verdict import verdict
 
 # A change saving less than this share of the need is no advice (issue #13: "saves under 2%").
 MIN_SAVING_SHARE = 0.02
 # Without a dataset, lengths below this are assumed to cut typical instruction-tuning examples.
 TYPICAL_LENGTH_FLOOR = 512
-# Below this share of usable memory to spare, a run that fits is warned about growing its length or batch.
-THIN_MARGIN_SHARE = 0.10
 # How many fitting changes and how many partial ones to list.
 MAX_FITTING, MAX_PARTIAL = 4, 4
 
@@ -76,12 +72,6 @@ class Suggestion:
     @property
     def fits(self) -> bool:
         return self.status == "fits"
-
-
-@dataclass(frozen=True)
-class Caution:
-    code: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -375,46 +365,3 @@ def _length_cost(length: int, dataset, floor: int) -> str:
     covered = "still covered" if length >= dataset.p99 else "cut"
     return (f"p99 of your dataset is {dataset.p99} tokens ({covered}); about {cut / dataset.count:.0%} of "
             f"examples are longer than {length}")
-
-
-# ---- common-mistake warnings --------------------------------------------------------------------------------
-def warnings_for(spec: ModelSpec, setup: TrainingSetup, est: Estimate, hardware: Hardware | None,
-                 ver=None) -> list[Caution]:
-    out = []
-    if est.download_bytes:
-        ratio = est.device_bytes / est.download_bytes
-        out.append(Caution("download-vs-training",
-                           f"the download is {est.download_bytes / GB:.1f} GB of 16-bit weights; this training run "
-                           f"needs {est.device_bytes / GB:.1f} GB, {ratio:.1f}x the download"))
-    if hardware is None:
-        return out
-    if hardware.kind == "mac" and hardware.usable_bytes >= 0.95 * hardware.capacity_bytes:
-        out.append(Caution("mac-whole-ram",
-                           "the GPU limit given is the Mac's whole RAM; macOS and open apps need their share: plan "
-                           "on about three quarters (Metal's recommendedMaxWorkingSetSize)"))
-    if hardware.kind == "mac" and setup.optimizer in BNB_OPTIMIZERS:
-        out.append(Caution("bitsandbytes-on-mac",
-                           f"optimizer {setup.optimizer} is a bitsandbytes CUDA kernel; on a Mac use a torch or "
-                           f"MLX optimizer"))
-    if hardware.kind == "memory" and _looks_like_system_ram(hardware.capacity_bytes):
-        out.append(Caution("memory-looks-like-system-ram",
-                           f"{hardware.capacity_bytes / GB:.0f} GB matches no single GPU but is a common system-RAM "
-                           f"size: only the card's own memory counts (see `memfit gpus`)"))
-    # "Fits" means the range's high end fits (verdict.py), so the margin that matters is the high end's.
-    if ver is not None and ver.status == "fits" and ver.high_margin_bytes < THIN_MARGIN_SHARE * ver.usable_bytes \
-            and not spec.is_rule_of_thumb:
-        grow_len = max_int(spec, setup, hardware, "seq_len", step=64).value
-        grow_batch = max_int(spec, setup, hardware, "batch_size").value
-        out.append(Caution("thin-margin",
-                           f"only {gib(ver.high_margin_bytes)} to spare at the high end of the range: raising "
-                           f"length or batch will not fit (longest "
-                           f"length at this batch: {grow_len}; largest batch at this length: {grow_batch})"))
-    return out
-
-
-def _looks_like_system_ram(nbytes: int) -> bool:
-    from .hardware import gpu_catalog
-
-    if nbytes < 60 * GB:
-        return False
-    return not any(abs(nbytes - g["memory_bytes"]) <= 0.06 * g["memory_bytes"] for g in gpu_catalog())

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .advisor import Caution, Suggestion, suggest, warnings_for
+from .advisor import Suggestion, suggest
+from .cautions import Caution, length_cautions, warnings_for
 from .errors import InvalidSetupError, Problem, UnknownModelError
 from .estimator import Estimate, estimate
 from .hardware import Hardware
@@ -194,9 +195,7 @@ def report(request: Request, progress: bool = False) -> Report:
     ver = verdict(est, hardware) if hardware else None
     warnings = warnings_for(spec, setup, est, hardware, ver) + cautions
     if stats is not None:
-        from .dataset import length_warnings
-
-        warnings += [Caution(w["code"], w["message"]) for w in length_warnings(stats)]
+        warnings += length_cautions(stats)
     host = host_verdict(est, request.host_ram)
     partial = Report(request, model_ref, spec, setup, est, hardware, ver, host, tuple(warnings), (), stats,
                      hardware_values)

@@ -61,7 +61,8 @@ def load_config(path: Path, lines: dict | None = None) -> dict:
 def check_config(path: str, hardware: Hardware | None = None, format_of: str | None = None,
                  tokenizer: str | None = None, gpus: int | None = None) -> CheckResult:
     """`gpus`: GPUs per node for a sharded config (the count lives in the launcher, not in these files)."""
-    from ..advisor import Caution, suggest, warnings_for
+    from ..advisor import suggest
+    from ..cautions import Caution, warnings_for
     from ..options import command_line, tool_key
     from ..sources import load_model
     from ..verdict import verdict
@@ -123,7 +124,7 @@ def _dataset_check(mapped: Mapped, file: Path, spec, setup, tokenizer: str | Non
     """The length check when the config names a local dataset file and a tokenizer is at hand."""
     if not mapped.dataset or not isinstance(mapped.dataset, str):
         return None
-    from ..advisor import Caution
+    from ..cautions import Caution, length_cautions
 
     dataset = expand_path(mapped.dataset)
     if not dataset.is_absolute():
@@ -140,11 +141,11 @@ def _dataset_check(mapped: Mapped, file: Path, spec, setup, tokenizer: str | Non
         mapped.defaults.append(one_line(f"{key}: {mapped.dataset} not length-checked: no tokenizer at hand "
                                         f"(--tokenizer, or a local model directory)"))
         return None
-    from ..dataset import length_stats, length_warnings, token_lengths
+    from ..dataset import length_stats, token_lengths
 
     lengths, layout = token_lengths(str(dataset), tok)
     stats = length_stats(lengths, layout, setup.seq_len)
-    result.warnings += [Caution(w["code"], w["message"]) for w in length_warnings(stats)]
+    result.warnings += length_cautions(stats)
     return stats
 
 
