@@ -87,6 +87,15 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
     return Built(model=model, layers=layers, quantized=quantized, notes=notes)
 
 
+def storage_on(model: nn.Module, device: str) -> None:
+    """Give a meta-device model storage on `device`. to_empty materializes each module's parameter separately,
+    which unties tied embeddings: tie them again as the checkpoint would be."""
+    model.to_empty(device=device)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base.config, "tie_word_embeddings", False):
+        base.tie_weights()
+
+
 def _decoder_layers(model: nn.Module) -> list[nn.Module]:
     for module in model.modules():
         if isinstance(module, nn.ModuleList) and len(module) and "Layer" in type(module[0]).__name__:
