@@ -231,6 +231,10 @@ def test_readme_flag_reference_is_the_options_table():
     for group in ("setup", "hardware"):
         block = readme.split(f"<!-- flags:{group} -->\n```\n", 1)[1].split("\n```", 1)[0]
         assert block == flag_reference(group), f"{group}: run python tools/readme_flags.py"
+    from memfit.components import readme_table
+
+    table = readme.split("<!-- components -->\n", 1)[1].split("\n<!-- /components -->", 1)[0]
+    assert table == readme_table(), "What is counted: run python tools/readme_flags.py"
 
 
 def test_gpt2_past_its_1024_positions_is_a_warning(capsys):
