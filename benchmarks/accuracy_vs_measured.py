@@ -72,6 +72,11 @@ class Unexpressible(Exception):
 def row_spec(row: dict) -> ModelSpec:
     """The architecture as the row's framework built it (the CSV's facts, e.g. LitGPT's untied heads)."""
     mt = row["model_type"]
+    if mt == "qwen":
+        # Qwen-1 (remote code, Qwen/Qwen-7B modeling_qwen.py): RMSNorm, rotary, fused c_attn with bias, c_proj
+        # without, SwiGLU MLP w1/w2/c_proj with ffn width config.intermediate_size // 2 (the CSV's width), untied
+        # head: Qwen2's layout tensor for tensor (the parameter counts of all four sizes match the CSV exactly).
+        mt = "qwen2"
     config = {"model_type": mt, "vocab_size": int(row["vocab_size"]), "tie_word_embeddings": row["tied"] == "true",
               "torch_dtype": "bfloat16"}
     h, layers, heads = int(row["hidden_size"]), int(row["num_layers"]), int(row["num_heads"])
