@@ -112,21 +112,23 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         raise Unexpressible(f"sharding {row['shard']} has no memfit equivalent")
     if row["optimizer"] == "other":
         raise Unexpressible("optimizer 'other' has no memfit equivalent")
-    if row["quant"] not in ("none", "nf4", "nf4-dq", "int8"):
+    if row["quant"] not in ("none", "nf4", "nf4-dq", "int8", "gptq-int4", "awq-int4"):
         raise Unexpressible(f"quantization {row['quant']} is not modelled")
-    if row["quant"] != "none" and row["method"] != "qlora":
-        raise Unexpressible(f"LoRA on a {row['quant']} base is not modelled yet (issue #15 item 3)")
+    if row["quant"] != "none" and row["method"] == "full":
+        raise Unexpressible(f"full fine-tuning of a {row['quant']} base has no memfit equivalent")
     if "compile" in row["notes"] or "compiled" in row["notes"]:
         raise Unexpressible("torch.compile fuses kernels and frees intermediates memfit counts: not modelled")
     if row["framework"] not in RECIPE_OF:
         raise Unexpressible(f"framework {row['framework']} has no memfit recipe")
     recipe = RECIPE_OF[row["framework"]]
-    kw = dict(method=row["method"], batch_size=int(row["micro_batch"]), seq_len=int(row["seq_len"]),
+    # LoRA on a quantized frozen base (LLM.int8, GPTQ, AWQ) is memfit's qlora with that --quant.
+    method = "qlora" if row["quant"] != "none" and row["method"] == "lora" else row["method"]
+    kw = dict(method=method, batch_size=int(row["micro_batch"]), seq_len=int(row["seq_len"]),
               precision=row["precision"], optimizer=row["optimizer"], grad_ckpt=row["grad_ckpt"] == "1",
               attn=row["attn"], chunked_ce=row["chunked_ce"] == "1",
               optimizer_in_backward=row["optimizer_in_backward"] == "1", gpus=gpus, shard=shard,
               grad_accum=litgpt_fsdp_grad_accum(row))
-    if row["method"] in ("lora", "qlora"):
+    if method in ("lora", "qlora"):
         targets = row["lora_targets"]
         if "head" in targets:
             notes.append("LoRA on lm_head not modelled (its adapter and input copy are small)")
@@ -134,7 +136,7 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         kw["lora_targets"] = parse_targets(targets)
         kw["lora_rank"] = int(row["lora_rank"])
         kw["lora_dropout"] = 0.05 if recipe == "litgpt" else 0.0
-    if row["method"] == "qlora":
+    if method == "qlora":
         kw["quant"] = row["quant"]
     if row["framework"] == "plain-torch":
         step = RASBT_STEP.get(row["id"], 10)
