@@ -31,8 +31,15 @@ RESULTS = ROOT / "benchmarks" / "results" / "accuracy_vs_measured.json"
 # "active" (torch.cuda.memory_stats active_bytes.all.peak) counts blocks in use, as allocated does.
 COUNTER_ATTR = {"allocated": "peak_allocated_bytes", "active": "peak_allocated_bytes",
                 "reserved": "peak_reserved_bytes", "nvml": "device_bytes"}
-RECIPE_OF = {"litgpt": "litgpt", "peft-custom": "hf", "hf": "hf", "plain-torch": "pytorch", "torchtune": "torchtune",
+RECIPE_OF = {"fsdp_qlora": "hf", "litgpt": "litgpt", "peft-custom": "hf", "hf": "hf", "plain-torch": "pytorch", "torchtune": "torchtune",
              "qwen-hf": "hf"}  # Qwen finetune.py is the HF Trainer (with DeepSpeed)
+# Answer.AI fsdp_qlora (AnswerDotAI/fsdp_qlora train.py; rows from benchmarks_03_2024.md): a transformers model with
+# PEFT LoRA or bitsandbytes QLoRA in its own loop, wrapped in FSDP1 even for "ddp" (NO_SHARD), bf16, dummy data of
+# fixed length; the published template command sets --reentrant_checkpointing True. train.py@1a9fddfb: lora_dropout
+# 0.1, lora_target_modules "all" = k,q,v,up,down,gate (no o_proj), and the loop holds `output` (the logits, fp32 from
+# the model's own logits.float() in transformers of early 2024) through loss.backward().
+REENTRANT_FRAMEWORKS = ("fsdp_qlora",)
+FSDP_QLORA_TARGETS = ("q", "k", "v", "gate", "up", "down")
 # The stack each row's group ran, for the per-stack report (groups AX and US are published as HF Trainer rows).
 STACK_OF_GROUP = {"AX": "axolotl", "US": "unsloth", "QL": "hf", "PEFT": "hf", "LIG": "hf", "MMQA": "hf",
                   "RB": "pytorch", "TT": "torchtune", "LG": "litgpt", "LGC": "litgpt", "LGT": "litgpt",
@@ -116,7 +123,7 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         raise Unexpressible(f"quantization {row['quant']} is not modelled")
     if row["quant"] != "none" and row["method"] == "full":
         raise Unexpressible(f"full fine-tuning of a {row['quant']} base has no memfit equivalent")
-    if "compile" in row["notes"] or "compiled" in row["notes"]:
+    if ("compile" in row["notes"] or "compiled" in row["notes"]) and "no compile" not in row["notes"]:
         raise Unexpressible("torch.compile fuses kernels and frees intermediates memfit counts: not modelled")
     if row["framework"] not in RECIPE_OF:
         raise Unexpressible(f"framework {row['framework']} has no memfit recipe")
@@ -128,6 +135,8 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
               attn=row["attn"], chunked_ce=row["chunked_ce"] == "1",
               optimizer_in_backward=row["optimizer_in_backward"] == "1", gpus=gpus, shard=shard,
               grad_accum=litgpt_fsdp_grad_accum(row))
+    if row["framework"] in REENTRANT_FRAMEWORKS and row["grad_ckpt"] == "1":
+        kw["ckpt_reentrant"] = True
     if method in ("lora", "qlora"):
         targets = row["lora_targets"]
         if "head" in targets:
@@ -136,6 +145,10 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         kw["lora_targets"] = parse_targets(targets)
         kw["lora_rank"] = int(row["lora_rank"])
         kw["lora_dropout"] = 0.05 if recipe == "litgpt" else 0.0
+        if row["framework"] == "fsdp_qlora":
+            kw["lora_targets"], kw["lora_dropout"] = FSDP_QLORA_TARGETS, 0.1
+            notes.append("fsdp_qlora's loop keeps the fp32 logits through backward: not modelled (+4 B x vocab "
+                         "per token)")
     if method == "qlora":
         kw["quant"] = row["quant"]
     if row["framework"] == "plain-torch":
