@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import quantized_base, sharding, states
+from .physics.compile import ASSUMPTION as COMPILE_ASSUMPTION
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
@@ -305,6 +306,8 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
                                                          "activation")
                    + ("; prepare_model_for_kbit_training upcasts norms, embeddings and lm_head to fp32"
                       if setup.kbit_upcast else "; no fp32 upcast of norms/embeddings (TRL >= 0.22)"))
+    if setup.compile:
+        out.append(COMPILE_ASSUMPTION)
     if p["sharded"]["paged"]:
         out.append(f"{p['sharded']['paged'] / 2**30:.2f} GiB of paged optimizer state lives in CUDA managed memory: not in "
                    "torch's counters, evicted to host RAM under pressure")

@@ -162,6 +162,10 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("kbit_upcast", "bool", "peft prepare_model_for_kbit_training's fp32 upcast of norms, embeddings and "
            "lm_head (TRL < 0.22 called it)", default=False, methods=("qlora",)),
     Option("padding", "bool", "batches carry a padding mask (not packed)", default=False),
+    Option("compile", "bool", "torch.compile on the model (inductor): norms, activations and dropout are fused and "
+           "recomputed in backward instead of saved (physics/compile.py)", default=False,
+           tool_keys=_keys(axolotl="torch_compile", llamafactory="torch_compile", torchtune="compile",
+                           trl="torch_compile")),
     Option("gpus", "int", "GPUs per node", default=1, minimum=1, maximum=1 << 16),
     Option("nodes", "int", "nodes (machines), each with --gpus GPUs", default=1, minimum=1, maximum=4096),
     Option("shard", "choice", "data-parallel layout; with more than one GPU, none means replicas (ddp)",
