@@ -31,8 +31,15 @@ RESULTS = ROOT / "benchmarks" / "results" / "accuracy_vs_measured.json"
 # "active" (torch.cuda.memory_stats active_bytes.all.peak) counts blocks in use, as allocated does.
 COUNTER_ATTR = {"allocated": "peak_allocated_bytes", "active": "peak_allocated_bytes",
                 "reserved": "peak_reserved_bytes", "nvml": "device_bytes"}
-RECIPE_OF = {"litgpt": "litgpt", "peft-custom": "hf", "hf": "hf", "plain-torch": "pytorch", "torchtune": "torchtune",
+RECIPE_OF = {"fsdp_qlora": "hf", "litgpt": "litgpt", "peft-custom": "hf", "hf": "hf", "plain-torch": "pytorch", "torchtune": "torchtune",
              "qwen-hf": "hf"}  # Qwen finetune.py is the HF Trainer (with DeepSpeed)
+# Answer.AI fsdp_qlora (AnswerDotAI/fsdp_qlora train.py; rows from benchmarks_03_2024.md): a transformers model with
+# PEFT LoRA or bitsandbytes QLoRA in its own loop, wrapped in FSDP1 even for "ddp" (NO_SHARD), bf16, dummy data of
+# fixed length; the published template command sets --reentrant_checkpointing True. train.py@1a9fddfb: lora_dropout
+# 0.1, lora_target_modules "all" = k,q,v,up,down,gate (no o_proj), and the loop holds `output` (the logits, fp32 from
+# the model's own logits.float() in transformers of early 2024) through loss.backward().
+REENTRANT_FRAMEWORKS = ("fsdp_qlora",)
+FSDP_QLORA_TARGETS = ("q", "k", "v", "gate", "up", "down")
 # The stack each row's group ran, for the per-stack report (groups AX and US are published as HF Trainer rows).
 STACK_OF_GROUP = {"AX": "axolotl", "US": "unsloth", "QL": "hf", "PEFT": "hf", "LIG": "hf", "MMQA": "hf",
                   "RB": "pytorch", "TT": "torchtune", "LG": "litgpt", "LGC": "litgpt", "LGT": "litgpt",
@@ -65,6 +72,13 @@ def litgpt_fsdp_grad_accum(row: dict) -> int:
     return LITGPT_FSDP_GRAD_ACCUM.get(row["id"], 1)
 
 
+def row_compiled(row: dict) -> bool:
+    """The CSV has no column for torch.compile: the notes say it ("compile on", "torch.compile", "(compiled)"),
+    and "no compile" says it was off (TT-10)."""
+    notes = row["notes"]
+    return ("compile" in notes or "compiled" in notes) and "no compile" not in notes
+
+
 class Unexpressible(Exception):
     pass
 
@@ -72,6 +86,11 @@ class Unexpressible(Exception):
 def row_spec(row: dict) -> ModelSpec:
     """The architecture as the row's framework built it (the CSV's facts, e.g. LitGPT's untied heads)."""
     mt = row["model_type"]
+    if mt == "qwen":
+        # Qwen-1 (remote code, Qwen/Qwen-7B modeling_qwen.py): RMSNorm, rotary, fused c_attn with bias, c_proj
+        # without, SwiGLU MLP w1/w2/c_proj with ffn width config.intermediate_size // 2 (the CSV's width), untied
+        # head: Qwen2's layout tensor for tensor (the parameter counts of all four sizes match the CSV exactly).
+        mt = "qwen2"
     config = {"model_type": mt, "vocab_size": int(row["vocab_size"]), "tie_word_embeddings": row["tied"] == "true",
               "torch_dtype": "bfloat16"}
     h, layers, heads = int(row["hidden_size"]), int(row["num_layers"]), int(row["num_heads"])
@@ -107,21 +126,25 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         raise Unexpressible(f"sharding {row['shard']} has no memfit equivalent")
     if row["optimizer"] == "other":
         raise Unexpressible("optimizer 'other' has no memfit equivalent")
-    if row["quant"] not in ("none", "nf4", "nf4-dq", "int8"):
+    if row["quant"] not in ("none", "nf4", "nf4-dq", "int8", "gptq-int4", "awq-int4"):
         raise Unexpressible(f"quantization {row['quant']} is not modelled")
-    if row["quant"] != "none" and row["method"] != "qlora":
-        raise Unexpressible(f"LoRA on a {row['quant']} base is not modelled yet (issue #15 item 3)")
-    if "compile" in row["notes"] or "compiled" in row["notes"]:
-        raise Unexpressible("torch.compile fuses kernels and frees intermediates memfit counts: not modelled")
+    if row["quant"] != "none" and row["method"] == "full":
+        raise Unexpressible(f"full fine-tuning of a {row['quant']} base has no memfit equivalent")
     if row["framework"] not in RECIPE_OF:
         raise Unexpressible(f"framework {row['framework']} has no memfit recipe")
     recipe = RECIPE_OF[row["framework"]]
-    kw = dict(method=row["method"], batch_size=int(row["micro_batch"]), seq_len=int(row["seq_len"]),
+    # LoRA on a quantized frozen base (LLM.int8, GPTQ, AWQ) is memfit's qlora with that --quant.
+    method = "qlora" if row["quant"] != "none" and row["method"] == "lora" else row["method"]
+    kw = dict(method=method, batch_size=int(row["micro_batch"]), seq_len=int(row["seq_len"]),
               precision=row["precision"], optimizer=row["optimizer"], grad_ckpt=row["grad_ckpt"] == "1",
               attn=row["attn"], chunked_ce=row["chunked_ce"] == "1",
               optimizer_in_backward=row["optimizer_in_backward"] == "1", gpus=gpus, shard=shard,
               grad_accum=litgpt_fsdp_grad_accum(row))
-    if row["method"] in ("lora", "qlora"):
+    if row_compiled(row):
+        kw["compile"] = True
+    if row["framework"] in REENTRANT_FRAMEWORKS and row["grad_ckpt"] == "1":
+        kw["ckpt_reentrant"] = True
+    if method in ("lora", "qlora"):
         targets = row["lora_targets"]
         if "head" in targets:
             notes.append("LoRA on lm_head not modelled (its adapter and input copy are small)")
@@ -129,7 +152,11 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         kw["lora_targets"] = parse_targets(targets)
         kw["lora_rank"] = int(row["lora_rank"])
         kw["lora_dropout"] = 0.05 if recipe == "litgpt" else 0.0
-    if row["method"] == "qlora":
+        if row["framework"] == "fsdp_qlora":
+            kw["lora_targets"], kw["lora_dropout"] = FSDP_QLORA_TARGETS, 0.1
+            notes.append("fsdp_qlora's loop keeps the fp32 logits through backward: not modelled (+4 B x vocab "
+                         "per token)")
+    if method == "qlora":
         kw["quant"] = row["quant"]
     if row["framework"] == "plain-torch":
         step = RASBT_STEP.get(row["id"], 10)
@@ -209,8 +236,9 @@ def printed_range(r: dict, band: dict | None) -> tuple[int, int]:
 
 def leave_one_source_out(measured: list[dict]) -> dict:
     """For each source group: fit the bands on every other group, score this one (coverage of the range it would
-    print, median |error|, share under-predicted). The point estimate has no fitted constant, so its errors are the
-    same in and out of sample; only the range's coverage can differ."""
+    print, median |error|, share under-predicted). The point estimate's one measured constant is the share of the
+    compile saving (physics/compile.py, from sources TT and RB); elsewhere its errors are the same in and out of
+    sample, and only the range's coverage can differ."""
     per_group, covered = {}, []
     for group in sorted({r["group"] for r in measured}):
         inside = [r for r in measured if r["group"] == group]
@@ -295,7 +323,8 @@ def markdown(report: dict) -> str:
     lines += ["", f"The printed range covers the measured value in {s['range_covers_measured']:.0%} of rows with the "
                   f"error bands fitted on all rows (in sample), and in {loso['coverage']:.0%} when each source's "
                   "rows are scored with bands fitted on the other sources only (leave one source out). The point "
-                  "estimate has no fitted constant, so its errors are the same in and out of sample "
+                  "estimate's one measured constant is the share of the torch.compile saving (physics/compile.py, "
+                  "from sources TT and RB); elsewhere its errors are the same in and out of sample "
                   f"(median {loso['median_abs_error']:.1%}; median of the per-source medians "
                   f"{loso['median_of_group_medians']:.1%}).", "",
               "Leave one source out (bands fitted without the source):", "",
@@ -315,6 +344,32 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+README = ROOT / "README.md"
+README_MARKS = ("<!-- accuracy-measured:start -->", "<!-- accuracy-measured:end -->")
+
+
+def readme_headline(report: dict) -> str:
+    """The README's sentence on published runs, from this report (between README_MARKS)."""
+    s, loso = report["summary"], report["loso"]
+    o = s["overall"]
+    return (f"Against {s['expressed']} of {s['rows']} published runs that memfit can express "
+            f"({len([r for r in report['results'] if 'error' in r])} measured peaks), the median error is "
+            f"{o['median_abs_error']:.1%} (90th percentile {o['p90_abs_error']:.0%}), "
+            f"{o['under_prediction_rate']:.0%} are predicted below the measured peak, and the printed range covers "
+            f"{s['range_covers_measured']:.0%} of them ({loso['coverage']:.0%} when each source is left out of the "
+            f"error bands).")
+
+
+def write_readme_headline(report: dict) -> None:
+    text = README.read_text()
+    start, end = README_MARKS
+    if start not in text or end not in text:
+        return
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    README.write_text(f"{head}{start}\n{readme_headline(report)}\n{end}{tail}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
@@ -329,6 +384,7 @@ def main() -> None:
     (ROOT / "benchmarks" / "results" / "accuracy_vs_measured.md").write_text(markdown(report))
     bands = error_bands(report)
     (ROOT / "src" / "memfit" / "data" / "error_bands.json").write_text(json.dumps(bands, indent=1) + "\n")
+    write_readme_headline(report)
     print(markdown(report))
 
 

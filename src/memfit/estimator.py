@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from .params import count_params, layer_linears
 from .physics import activations as act
-from .physics import sharding, states
+from .physics import quantized_base, sharding, states
+from .physics.compile import ASSUMPTION as COMPILE_ASSUMPTION
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
@@ -162,6 +163,8 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         grads=grads, opt=opt_state, paged=paged, step_temp=step_temp,
         layer_coeffs=act.layer_coefficients(spec, setup, stack), adapted_layers=act.adapted_layers(spec, stack),
         head_coeff=act.head_coefficient(spec, setup, stack),
+        quant_saved_per_token=quantized_base.saved_per_token_bytes(spec, setup, stack),
+        quant_saved_per_layer=quantized_base.saved_per_layer_bytes(spec, setup),
         casts=mixed_casts + adapter_casts, weight_casts=mixed_casts, adapter_casts=adapter_casts,
         head_cast=2 * spec.vocab_size * spec.hidden_size if mixed_casts else 0,
         layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1),
@@ -171,7 +174,9 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     )
     static["notes"] = {
         "weights": _weights_note(spec, setup, stack),
-        "quantization constants": f"{setup.quant} absmax / double-quant constants (bitsandbytes quantize_4bit)",
+        "quantization constants": (f"{setup.quant} scales, zeros and group index (physics/quantized_base.py)"
+                                   if setup.quant in quantized_base.PREQUANTIZED else
+                                   f"{setup.quant} absmax / double-quant constants (bitsandbytes quantize_4bit)"),
         "adapter weights": f"LoRA A/B, rank {setup.lora_rank}, {stack.adapter_bytes} B per param",
         "gradients": f"trainable params x {per} B (.grad in the param dtype)",
         "optimizer state": f"{OPTIMIZERS[setup.optimizer]}: {opt_note}",
@@ -205,11 +210,13 @@ def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
     static = static["sharded"]
     T, s = setup.batch_size * setup.seq_len, setup.seq_len
     per_token, per_position = static["layer_coeffs"]
-    layer_act = T * (per_token + per_position * s)
+    # LoRA on an int8 / GPTQ / AWQ base: what those kernels save beyond the walk (physics/quantized_base.py).
+    layer_act = T * (per_token + per_position * s + static["quant_saved_per_token"]) + static["quant_saved_per_layer"]
     return dict(static, layer_act=layer_act, all_layers_act=static["adapted_layers"] * layer_act,
                 ckpt=0 if stack.ckpt_offload else act.checkpoint_bytes(spec, setup, stack),
                 loss=loss_memory(spec, setup, stack), head_act=T * static["head_coeff"],
-                temps=act.layer_backward_temp_bytes(spec, setup, stack),
+                temps=act.layer_backward_temp_bytes(spec, setup, stack)
+                + quantized_base.backward_transient_bytes(spec, setup),
                 grad_hidden=T * spec.hidden_size * stack.residual_bytes)
 
 
@@ -295,9 +302,12 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
         out.append(f"LoRA rank {setup.lora_rank} on {names} in {stack.lora_layers} of {spec.num_layers} layers, "
                    f"adapters in {'fp32' if stack.adapter_bytes == 4 else '16-bit'}, dropout {setup.lora_dropout}")
     if setup.method == "qlora":
-        out.append("bitsandbytes >= 0.43.2: 4-bit linears save no input activation"
+        out.append((quantized_base.assumption(setup) or "bitsandbytes >= 0.43.2: 4-bit linears save no input "
+                                                         "activation")
                    + ("; prepare_model_for_kbit_training upcasts norms, embeddings and lm_head to fp32"
                       if setup.kbit_upcast else "; no fp32 upcast of norms/embeddings (TRL >= 0.22)"))
+    if setup.compile:
+        out.append(COMPILE_ASSUMPTION)
     if p["sharded"]["paged"]:
         out.append(f"{p['sharded']['paged'] / 2**30:.2f} GiB of paged optimizer state lives in CUDA managed memory: not in "
                    "torch's counters, evicted to host RAM under pressure")

@@ -41,7 +41,9 @@ ATTENTION = ("sdpa", "flash", "eager")
 BNB_QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
 # MLX affine quantization, group size 64, 16-bit scales and biases (mlx_lm.convert -q --q-bits 4|8)
 MLX_QUANTS = ("mlx-4bit", "mlx-8bit")
-QUANTS = BNB_QUANTS + MLX_QUANTS
+# Pre-quantized int4 checkpoints (GPTQ, AWQ), group 128: physics/quantized_base.py
+PREQUANT_QUANTS = ("gptq-int4", "awq-int4")
+QUANTS = BNB_QUANTS + MLX_QUANTS + PREQUANT_QUANTS
 SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -152,13 +154,18 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            trl="lora_dropout", mlx="lora_parameters.dropout")),
     Option("train_layers", "int", "train only the last N layers (mlx-lm --num-layers): the adapters' layers, or "
            "the unfrozen ones in full fine-tuning", minimum=1, maximum=10_000, tool_keys=_keys(mlx="num_layers")),
-    Option("quant", "choice", "QLoRA's quantized base: bitsandbytes (nf4, nf4-dq, fp4, int8) or MLX affine, "
-           "group 64 (mlx-4bit, mlx-8bit)", default="nf4-dq", choices=QUANTS,
+    Option("quant", "choice", "the frozen quantized base LoRA trains on (method qlora): bitsandbytes (nf4, nf4-dq, "
+           "fp4, int8 = LLM.int8), a GPTQ or AWQ int4 checkpoint (gptq-int4, awq-int4) or MLX affine, group 64 "
+           "(mlx-4bit, mlx-8bit)", default="nf4-dq", choices=QUANTS,
            methods=("qlora",),
            tool_keys=_keys(axolotl="load_in_4bit", llamafactory="quantization_bit", trl="load_in_4bit")),
     Option("kbit_upcast", "bool", "peft prepare_model_for_kbit_training's fp32 upcast of norms, embeddings and "
            "lm_head (TRL < 0.22 called it)", default=False, methods=("qlora",)),
     Option("padding", "bool", "batches carry a padding mask (not packed)", default=False),
+    Option("compile", "bool", "torch.compile on the model (inductor): norms, activations and dropout are fused and "
+           "recomputed in backward instead of saved (physics/compile.py)", default=False,
+           tool_keys=_keys(axolotl="torch_compile", llamafactory="torch_compile", torchtune="compile",
+                           trl="torch_compile")),
     Option("gpus", "int", "GPUs per node", default=1, minimum=1, maximum=1 << 16),
     Option("nodes", "int", "nodes (machines), each with --gpus GPUs", default=1, minimum=1, maximum=4096),
     Option("shard", "choice", "data-parallel layout; with more than one GPU, none means replicas (ddp)",

@@ -50,6 +50,7 @@ class TrainingSetup:
     quant: str | None = None                    # QLoRA's 4-bit (or 8-bit) base
     kbit_upcast: bool | None = None             # prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
     padding: bool | None = None                 # batches carry a padding mask (attention_mask with zeros)
+    compile: bool | None = None                 # torch.compile (inductor): pointwise ops recomputed, not saved
     gpus: int | None = None                     # GPUs per node
     nodes: int | None = None
     shard: str | None = None                    # more than one GPU and none given: replicas (ddp)

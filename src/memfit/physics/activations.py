@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from ..spec import ACT_SAVED_TENSORS, ModelSpec
 from ..setup import TrainingSetup
+from dataclasses import replace
+
+from .compile import compiled_coefficients, compiled_mlp_bytes_per_token
 from .stack import Stack
 
 
@@ -41,7 +44,7 @@ class _Walk:
         """Saves of one norm over `width` features; returns the dtype bytes of its output.
         `input_shared`: another norm already saves this very input tensor (GPT-NeoX's two parallel norms)."""
         spec, st = self.spec, self.st
-        if st.fused_norm:
+        if st.fused_norm or st.compiled:
             self.add((0 if input_shared else width * in_bytes) + 4)   # fused kernel: input + rstd
         elif spec.norm_kind == "layernorm":
             # aten native_layer_norm saves input, mean, rstd (fp32 on CUDA); under autocast it runs in fp32,
@@ -61,8 +64,8 @@ class _Walk:
     def linear_inputs(self, width: int, in_bytes: int, n_consumers: int, residual: bool = True) -> None:
         """What trainable base Linears reading one input save (nothing when the base is frozen).
         `residual`: the input is in the model's dtype (a norm output), which autocast may have to cast."""
-        if not self.st.base_trainable:
-            return
+        if not self.st.base_trainable or (self.st.compiled and residual):
+            return                                    # (compiled: the norm output is recomputed from its input)
         if self.st.autocast and (in_bytes == 4 or (residual and self.st.residual_cast)):
             self.add(n_consumers * width * 2)         # one 16-bit cast per Linear
         else:
@@ -77,6 +80,8 @@ class _Walk:
             return
         ad = st.adapter_bytes
         shared_counted = input_saved
+        if st.compiled:
+            p = 0.0                                   # compiled dropout: mask and output recomputed (compile.py)
         for m in modules:
             if st.autocast:
                 self.add(width * (3 if p > 0 else 2) + 2 * m.rank)
@@ -154,7 +159,7 @@ class _Walk:
         if o_input_copied and train:
             self.add(cmp * qd)
         self.lora({"o"}, qd, cmp, input_saved=not o_input_copied)
-        if spec.resid_dropout > 0:
+        if spec.resid_dropout > 0 and not st.compiled:
             self.add(h)                                # bool dropout mask on CUDA
 
         if _post_norm(spec):
@@ -173,7 +178,7 @@ class _Walk:
         self.mlp(y if st.method == "qlora" else lin_out, train)
         if _post_norm(spec) or spec.norms_per_layer == 4:
             self.norm(h, lin_out, train)               # post_feedforward_layernorm
-        if spec.resid_dropout > 0:
+        if spec.resid_dropout > 0 and not st.compiled:
             self.add(h)
         return self.coefficients
 
@@ -199,6 +204,11 @@ class _Walk:
                 self.add(cmp * (3 * si + (si if train else 0)))
             return
         i = spec.intermediate_size
+        if self.st.compiled:
+            self.add(compiled_mlp_bytes_per_token(spec, cmp))
+            if not train:
+                self.lora({"down"}, i, cmp, input_saved=True)   # its input is recomputed, lora_B's kept
+            return
         if spec.mlp_kind == "gated":
             self.add(cmp * i * (3 + act_extra))        # gate out, act out, up out
         else:
@@ -216,6 +226,9 @@ def _post_norm(spec: ModelSpec) -> bool:
 def layer_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, int]:
     """(bytes per token, bytes per token per position) one decoder layer saves, averaged over the layers.
     Independent of b; a sliding window shorter than the sequence makes its layers' SDPA take a mask."""
+    if stack.compiled:
+        return compiled_coefficients(_Walk(spec, setup, replace(stack, compiled=False)).layer(),
+                                     _Walk(spec, setup, stack).layer())
     plain = _Walk(spec, setup, stack).layer()
     window = spec.sliding_window
     if not window or setup.seq_len <= window or setup.padding or stack.attn != "sdpa":
@@ -278,7 +291,7 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
         walk.add(-first.per_token)
     if train:
         walk.add(8)                                    # embedding saves the int64 indices
-    if spec.embd_dropout > 0:
+    if spec.embd_dropout > 0 and not stack.compiled:
         walk.add(spec.hidden_size)
     walk.norm(spec.hidden_size, stack.residual_bytes, train)
     walk.linear_inputs(spec.hidden_size, stack.residual_bytes, 1)

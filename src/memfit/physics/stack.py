@@ -44,6 +44,7 @@ class Stack:
     logits_bytes: int          # dtype of the lm_head output
     fused_norm: bool
     ckpt_offload: bool
+    compiled: bool             # torch.compile: the partitioner's saved set (physics/compile.py)
     kbit_upcast: bool
     precision: str             # resolved (never "auto")
     attn: str                  # the attention path transformers really takes
@@ -157,5 +158,5 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                  loss_kind=loss_kind, fp32_logits_copy=recipe.fp32_logits_copy and autocast,
                  keeps_logits=recipe.keeps_logits,
                  logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,
-                 ckpt_offload=setup.ckpt_offload, kbit_upcast=setup.kbit_upcast,
+                 ckpt_offload=setup.ckpt_offload, compiled=setup.compile, kbit_upcast=setup.kbit_upcast,
                  precision=precision, attn=attn, notes=tuple(notes))

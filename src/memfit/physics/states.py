@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..params import count_params, layer_linears
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
+from .quantized_base import PREQUANTIZED, int4_storage_bytes
 from .stack import Stack
 
 # bitsandbytes 4-bit: blocksize 64 with one fp32 absmax each; double quant stores absmax as uint8 plus one fp32
@@ -31,6 +32,8 @@ def quant_storage_bytes(n_elements: int, quant: str, rows: int) -> tuple[int, in
     """(packed weight bytes, quantization-constant bytes) for one quantized weight matrix."""
     if quant == "int8":
         return n_elements * INT8_DATA_BITS // 8, 4 * rows
+    if quant in PREQUANTIZED:
+        return int4_storage_bytes(n_elements // rows, rows, quant)
     data = (n_elements + 1) // 2
     blocks = -(-n_elements // NF4_BLOCK)
     if quant == "nf4-dq":

@@ -37,6 +37,9 @@ def trace_fake(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progress: 
     if setup.shard != "none":
         raise InvalidSetupError("memfit trace runs one GPU's step without sharding; the multi-GPU layouts are "
                                 "estimated (FSDP2 is cross-checked against PyTorch's FSDPMemTracker in the tests)")
+    if setup.compile:
+        raise InvalidSetupError("memfit trace runs the eager step; a torch.compile step is estimated only "
+                                "(physics/compile.py): drop --compile to trace")
     if steps < 2:
         raise InvalidSetupError("a trace needs at least 2 steps (the first allocates the optimizer state)")
     stack = resolve_stack(spec, setup)
