@@ -169,3 +169,62 @@ def test_bad_layouts_are_one_clear_error(changes, words):
 def test_megatron_options_need_the_megatron_recipe():
     with pytest.raises(InvalidSetupError, match="Megatron layout option"):
         TrainingSetup(recipe="trl", tp=2, gpus=2)
+
+
+def parse_megatron_words(words: list[str], world_size: int, vocab_size: int) -> argparse.Namespace:
+    """Read the arguments `memfit config --engine megatron` writes the way Megatron's parser reads them (flag
+    names are Megatron-LM's), then derive what Megatron derives: the data-parallel size and the padded vocabulary
+    (megatron/core/tokenizers/utils/build_tokenizer.py:133-138)."""
+    p = argparse.ArgumentParser()
+    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                 "--expert-model-parallel-size", "--recompute-num-layers", "--num-layers", "--hidden-size",
+                 "--ffn-hidden-size", "--num-attention-heads", "--kv-channels", "--num-query-groups",
+                 "--num-experts", "--moe-ffn-hidden-size", "--moe-router-topk", "--make-vocab-size-divisible-by",
+                 "--seq-length", "--max-position-embeddings", "--micro-batch-size", "--global-batch-size"):
+        p.add_argument(flag, type=int, default=None)
+    for flag in ("--recompute-granularity", "--recompute-method", "--normalization", "--position-embedding-type"):
+        p.add_argument(flag)
+    for flag in ("--sequence-parallel", "--use-distributed-optimizer", "--group-query-attention", "--swiglu",
+                 "--disable-bias-linear", "--add-qkv-bias", "--untie-embeddings-and-output-weights", "--bf16",
+                 "--fp16"):
+        p.add_argument(flag, action="store_true")
+    a = p.parse_args(words)
+    multiple = a.make_vocab_size_divisible_by * a.tensor_model_parallel_size
+    return argparse.Namespace(
+        **{k: v for k, v in vars(a).items() if k not in ("expert_model_parallel_size",)},
+        expert_model_parallel_size=a.expert_model_parallel_size or 1,
+        expert_tensor_parallel_size=a.tensor_model_parallel_size, world_size=world_size,
+        data_parallel_size=world_size // (a.tensor_model_parallel_size * a.pipeline_model_parallel_size
+                                          * a.context_parallel_size),
+        padded_vocab_size=-(-vocab_size // multiple) * multiple, add_bias_linear=not a.disable_bias_linear,
+        moe_layer_freq=1, moe_shared_expert_intermediate_size=None, mtp_num_layers=None,
+        multi_latent_attention=False, moe_latent_size=None, virtual_pipeline_model_parallel_size=None,
+        hybrid_layer_pattern=None)
+
+
+@pytest.mark.parametrize("model,gpus,tp,pp,cp,m", [("llama-3.1-8b", 8, 2, 2, 1, 4), ("llama-3.1-70b", 8, 8, 1, 1, 1)])
+def test_config_arguments_describe_the_estimated_layout(model, gpus, tp, pp, cp, m):
+    """The written arguments, read back as Megatron reads them, give Megatron's report the estimate's figures."""
+    from memfit.megatron_config import megatron_arguments
+
+    spec = load_model(model)
+    setup = TrainingSetup(recipe="megatron", gpus=gpus, tp=tp, pp=pp, cp=cp, sequence_parallel=True,
+                          recompute="selective", distributed_optimizer=True, seq_len=8192, grad_accum=m)
+    args = parse_megatron_words(megatron_arguments(spec, setup), setup.world_size, spec.vocab_size)
+    assert args.global_batch_size == m * megatron.layout(setup).dp
+    state_oracle, act_oracle = report(args, m)
+    _, state, activations = memfit_parts(spec, setup)
+    assert state == pytest.approx(state_oracle, rel=1e-6)
+    assert activations == pytest.approx(act_oracle, rel=1e-6)
+
+
+def test_config_command_writes_megatron_arguments(capsys):
+    from memfit.cli import main
+
+    assert main(["config", "llama-3.1-8b", "--engine", "megatron", "--gpus", "8", "--tp", "4", "--pp", "2",
+                 "--recompute", "full"]) == 0
+    out = capsys.readouterr().out
+    assert "--tensor-model-parallel-size 4" in out and "--pipeline-model-parallel-size 2" in out
+    assert "--recompute-granularity full" in out and "--recompute-num-layers 1" in out
+    assert main(["config", "llama-3.1-8b", "--engine", "megatron", "--gpus", "6", "--tp", "3"]) == 1
+    assert "--tp 3 must divide the 32 attention heads" in capsys.readouterr().err

@@ -24,7 +24,7 @@ DECODER_LAYER_CLASS = {
     "gpt_neox": "GPTNeoXLayer", "falcon": "FalconDecoderLayer", "stablelm": "StableLmDecoderLayer",
     "olmo2": "Olmo2DecoderLayer",
 }
-ENGINES = ("deepspeed", "accelerate-fsdp")
+ENGINES = ("deepspeed", "accelerate-fsdp", "megatron")   # megatron: megatron_config.py
 
 
 def _precision_flags(setup: TrainingSetup) -> tuple[bool, bool]:
@@ -95,6 +95,10 @@ def accelerate_fsdp_config(spec: ModelSpec, setup: TrainingSetup) -> dict:
 
 
 def render_config(spec: ModelSpec, setup: TrainingSetup, engine: str) -> str:
+    if engine == "megatron":
+        from .megatron_config import render_megatron
+
+        return render_megatron(spec, setup)
     if engine == "deepspeed":
         return json.dumps(deepspeed_config(spec, setup), indent=2)
     import yaml
