@@ -81,6 +81,9 @@ def setup_problems(setup: TrainingSetup) -> list[Problem]:
         if setup.attn == "eager" and setup.recipe != "megatron":
             p.append(Problem("cp", "{cp} needs a flash or SDPA attention kernel: context parallelism splits those "
                                    "kernels, not {attn} eager"))
+    if setup.activation_offload and setup.grad_ckpt and not setup.ckpt_offload:
+        p.append(Problem("activation_offload", "{activation_offload} with {grad_ckpt} offloads the checkpoints: it "
+                                               "contradicts {ckpt_offload} off; give one of them"))
     if setup.activation_offload and setup.recipe not in OFFLOAD_RECIPES:
         p.append(Problem("activation_offload", f"{{activation_offload}}: the {setup.recipe} recipe has no activation "
                                                f"offload (recipes with it: {', '.join(OFFLOAD_RECIPES)})"))
