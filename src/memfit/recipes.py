@@ -53,6 +53,7 @@ class Recipe:
     arch_overrides: dict = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     optimizers: tuple[str, ...] = tuple(OPTIMIZERS)   # what the stack can instantiate
+    methods: tuple[str, ...] = ("full", "lora", "qlora")   # what the stack can train (megatron: full only)
 
     def default(self, name: str, method: str):
         """This stack's default for setup option `name` with `method`, or None where it has none."""
@@ -234,7 +235,7 @@ RECIPES: dict[str, Recipe] = {
                                      "gradients, TP/PP/CP/EP layouts (physics/megatron.py)",
         precision="bf16", autocast=False, optimizer="adamw-fused", grad_ckpt=False, attn="flash",
         lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=False, loss="plain",
-        fp32_logits_copy=False, defaults={"method": "full"}, optimizers=("adamw-fused",),
+        fp32_logits_copy=False, defaults={"method": "full"}, optimizers=("adamw-fused",), methods=("full",),
         sources=("NVIDIA/Megatron-LM@d98e8a64 megatron/training/theoretical_memory_usage.py: bf16 params, fp32 main "
                  "grads, fp32 main params and Adam states (18 B/param, 6 + 12/dp with --use-distributed-optimizer)",
                  "megatron/training/arguments.py:3156 --use-distributed-optimizer off by default; :3221 "

@@ -89,7 +89,9 @@ def setup_problems(setup: TrainingSetup) -> list[Problem]:
             if name in setup.explicit and getattr(setup, name) != BY_NAME[name].default:
                 p.append(Problem(name, f"{{{name}}} is a Megatron layout option: it needs {{recipe}} megatron"))
         return p
-    if setup.method != "full":
+    from ..recipes import RECIPES
+
+    if setup.method not in RECIPES["megatron"].methods:
         p.append(Problem("method", f"{{recipe}} megatron models full training (Megatron-LM pretrain_gpt); "
                                    f"{{method}} {setup.method} is not modelled for it"))
     group = setup.tp * setup.pp * setup.cp
