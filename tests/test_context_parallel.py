@@ -53,7 +53,6 @@ def test_ulysses_keeps_a_whole_kv_head_when_gpus_outnumber_kv_heads():
 @pytest.mark.parametrize("setup,words", [
     (dict(recipe="torchtune", gpus=2, cp=2), "torchtune recipe has no context or sequence parallelism"),
     (dict(recipe="trl", gpus=4, cp=3, seq_len=6144), "--cp 3 must divide the 4 GPUs"),
-    (dict(recipe="trl", gpus=4, cp=4, seq_len=1002), "must divide --seq-len 1002"),
     (dict(recipe="trl", gpus=4, cp=2, attn="eager"), "needs a flash or SDPA attention kernel"),
     (dict(recipe="hf", activation_offload=True), "hf recipe has no activation offload"),
 ])
@@ -91,3 +90,11 @@ def test_activation_offload_without_checkpointing_keeps_two_layers_on_the_gpu():
     one_layer = plain.component("activations") // 32
     assert off.component("activations") == 2 * one_layer
     assert off.host_bytes == 30 * one_layer
+
+
+def test_a_length_cp_does_not_divide_is_padded_to_equal_chunks():
+    spec = load_model(LLAMA)
+    common = dict(recipe="trl", method="full", gpus=4, shard="fsdp")
+    odd = estimate(spec, TrainingSetup(seq_len=10001, cp=4, **common))
+    assert odd.component("checkpoints") == estimate(spec, TrainingSetup(seq_len=2501, **common)).component(
+        "checkpoints")

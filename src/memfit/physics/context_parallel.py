@@ -75,9 +75,6 @@ def setup_problems(setup: TrainingSetup) -> list[Problem]:
                                    f"parallelism (recipes with it: {', '.join(CP_RECIPES)})"))
         if setup.world_size % setup.cp:
             p.append(Problem("cp", f"{{cp}} {setup.cp} must divide the {setup.world_size} GPUs ({{gpus}} x {{nodes}})"))
-        if setup.seq_len % setup.cp:
-            p.append(Problem("cp", f"{{cp}} {setup.cp} must divide {{seq_len}} {setup.seq_len}: each GPU takes an "
-                                   "equal chunk"))
         if setup.attn == "eager" and setup.recipe != "megatron":
             p.append(Problem("cp", "{cp} needs a flash or SDPA attention kernel: context parallelism splits those "
                                    "kernels, not {attn} eager"))
@@ -99,10 +96,11 @@ def check_model(spec: ModelSpec, setup: TrainingSetup) -> None:
 
 
 def local_setup(setup: TrainingSetup) -> TrainingSetup:
-    """The setup one GPU runs: S/N tokens per sequence (and no more splitting)."""
+    """The setup one GPU runs: S/N tokens per sequence (and no more splitting). A length that N does not divide
+    is padded up to a multiple of it (axolotl, accelerate and Megatron pad or require equal chunks)."""
     if setup.cp == 1:
         return setup
-    return setup.replace(seq_len=setup.seq_len // setup.cp, cp=None)
+    return setup.replace(seq_len=-(-setup.seq_len // setup.cp), cp=None)
 
 
 def buffer_bytes(spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> tuple[int, int]:
@@ -121,7 +119,7 @@ def buffer_bytes(spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> t
     if kind == "ring-allgather":
         gathered = 2 * b * s * spec.kv_dim * compute_bytes
         return gathered, 2 * gathered
-    chunks = 2 * 2 * b * (s // n) * spec.kv_dim * compute_bytes
+    chunks = 2 * 2 * b * -(-s // n) * spec.kv_dim * compute_bytes
     return chunks, 2 * chunks
 
 
@@ -143,7 +141,7 @@ def offloaded_checkpoint_bytes(spec: ModelSpec, local: TrainingSetup, residual_b
 def assumption(setup: TrainingSetup) -> str:
     words = []
     if setup.cp > 1:
-        words.append(f"context parallel {setup.cp}: each GPU holds {setup.seq_len // setup.cp} of the "
+        words.append(f"context parallel {setup.cp}: each GPU holds {-(-setup.seq_len // setup.cp)} of the "
                      f"{setup.seq_len} tokens of a sequence, attention by {STYLE_WORDS[style(setup)]}")
     if setup.activation_offload:
         words.append("activation offload: " + (
