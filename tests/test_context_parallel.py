@@ -98,3 +98,25 @@ def test_a_length_cp_does_not_divide_is_padded_to_equal_chunks():
     odd = estimate(spec, TrainingSetup(seq_len=10001, cp=4, **common))
     assert odd.component("checkpoints") == estimate(spec, TrainingSetup(seq_len=2501, **common)).component(
         "checkpoints")
+
+
+def test_readme_long_context_table_is_the_estimate():
+    """The README's Llama-3.1-8B at 128k table is what memfit says today."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Long context:")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| (\d+) \| (\d+) \| ([\d.]+) GiB \| ([\d.]+ GiB|0) \| ([\d.]+) GiB", section, re.M)
+    assert [int(r[0]) for r in rows] == [1, 2, 4, 8]
+    spec = load_model(LLAMA)
+    for n, tokens, ckpt, gather, device in rows:
+        est = estimate(spec, TrainingSetup(recipe="trl", method="full", gpus=8, shard="fsdp", cp=int(n),
+                                           seq_len=131072))
+        assert int(tokens) == 131072 // int(n)
+        assert f"{est.component('checkpoints') / 2**30:.2f}" == ckpt
+        assert f"{est.component('context-parallel buffers') / 2**30:.2f} GiB" == gather or gather == "0"
+        assert f"{est.device_bytes / 2**30:.2f}" == device
+    megatron = estimate(spec, TrainingSetup(recipe="megatron", gpus=8, tp=2, cp=4, sequence_parallel=True,
+                                            recompute="full", distributed_optimizer=True, seq_len=131072))
+    assert f"{megatron.device_bytes / 2**30:.2f} GiB per GPU" in section
