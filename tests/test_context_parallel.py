@@ -52,8 +52,9 @@ def test_ulysses_keeps_a_whole_kv_head_when_gpus_outnumber_kv_heads():
 
 @pytest.mark.parametrize("setup,words", [
     (dict(recipe="torchtune", gpus=2, cp=2), "torchtune recipe has no context or sequence parallelism"),
-    (dict(recipe="trl", gpus=4, cp=3, seq_len=6144), "--cp 3 must divide the 4 GPUs"),
-    (dict(recipe="trl", gpus=4, cp=2, attn="eager"), "needs a flash or SDPA attention kernel"),
+    (dict(recipe="trl", gpus=4, shard="fsdp", cp=3, seq_len=6144), "--cp 3 must divide the 4 GPUs"),
+    (dict(recipe="trl", gpus=4, cp=2, shard="fsdp", attn="eager"), "needs a flash or SDPA attention kernel"),
+    (dict(recipe="trl", gpus=4, cp=2), "through accelerate needs FSDP2"),
     (dict(recipe="hf", activation_offload=True), "hf recipe has no activation offload"),
 ])
 def test_bad_context_parallel_setups_are_one_clear_error(setup, words):

@@ -75,6 +75,13 @@ def setup_problems(setup: TrainingSetup) -> list[Problem]:
                                    f"parallelism (recipes with it: {', '.join(CP_RECIPES)})"))
         if setup.world_size % setup.cp:
             p.append(Problem("cp", f"{{cp}} {setup.cp} must divide the {setup.world_size} GPUs ({{gpus}} x {{nodes}})"))
+        if setup.recipe in ("hf", "trl", "trl-1.14") and setup.shard not in ("fsdp", "fsdp-shard-grad-op") \
+                and not setup.shard.startswith("zero"):
+            # accelerate 1.16 state.py:959-969: torch context parallelism needs an FSDP2 plugin; Ulysses (sp_size)
+            # runs under DeepSpeed.
+            p.append(Problem("cp", f"{{cp}} through accelerate needs FSDP2 ({{shard}} fsdp, torch context "
+                                   f"parallelism) or DeepSpeed ({{shard}} zero1|zero2|zero3, Ulysses); shard is "
+                                   f"{setup.shard}"))
         if setup.attn == "eager" and setup.recipe != "megatron":
             p.append(Problem("cp", "{cp} needs a flash or SDPA attention kernel: context parallelism splits those "
                                    "kernels, not {attn} eager"))
