@@ -58,7 +58,7 @@ def estimate_megatron(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     phase = "1F1B steady state (first stage)"
     return Estimate(
         model_name=spec.name, params=spec.params, trainable_params=spec.params, model_source=spec.source,
-        setup=setup, precision="bf16", components=tuple(components), peak_phase=phase,
+        setup=setup, precision="fp16" if setup.precision.startswith("fp16") else "bf16", components=tuple(components), peak_phase=phase,
         phases=((phase, allocated),), peak_allocated_bytes=allocated, peak_reserved_bytes=reserved,
         device_bytes=device, range_low_bytes=min(over.range_low, device),
         range_high_bytes=max(over.range_high, device), paged_bytes=0,

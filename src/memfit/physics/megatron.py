@@ -30,7 +30,6 @@ miscellaneous temporaries"; memfit keeps that as its own component.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..errors import InvalidSetupError, Problem
@@ -248,11 +247,3 @@ def assumption(spec: ModelSpec, setup: TrainingSetup, lay: Layout) -> str:
             f"vocabulary padded to {padded_vocab(spec, lay.tp)}; activations per Korthikanti et al. 2022 as "
             "megatron/training/theoretical_memory_usage.py computes them (a GeLU-sized MLP: SwiGLU's extra "
             "saved projection is not in it)")
-
-
-def fewest_gpus_note(lay: Layout) -> str:
-    return f"{lay.tp * lay.pp * lay.cp * lay.dp} GPUs: {lay.words()}"
-
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)
