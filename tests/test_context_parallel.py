@@ -121,3 +121,22 @@ def test_readme_long_context_table_is_the_estimate():
     megatron = estimate(spec, TrainingSetup(recipe="megatron", gpus=8, tp=2, cp=4, sequence_parallel=True,
                                             recompute="full", distributed_optimizer=True, seq_len=131072))
     assert f"{megatron.device_bytes / 2**30:.2f} GiB per GPU" in section
+
+
+def test_accelerate_config_carries_the_context_parallel_layout(tmp_path):
+    """The accelerate YAML loads in accelerate, and its parallelism config spans exactly the GPUs."""
+    yaml = pytest.importorskip("yaml")
+    pytest.importorskip("accelerate")
+    from accelerate.commands.config.config_args import ClusterConfig
+    from accelerate.parallelism_config import ParallelismConfig
+
+    from memfit.engine_config import accelerate_fsdp_config
+
+    setup = TrainingSetup(recipe="trl", method="full", gpus=8, shard="fsdp", cp=4, seq_len=131072)
+    path = tmp_path / "fsdp.yaml"
+    path.write_text(yaml.safe_dump(accelerate_fsdp_config(load_model(LLAMA), setup)))
+    loaded = ClusterConfig.from_yaml_file(str(path)).parallelism_config
+    sizes = {k.removeprefix("parallelism_config_"): v for k, v in loaded.items() if k.endswith("_size")}
+    pc = ParallelismConfig(**sizes)
+    assert pc.cp_size == 4 and pc.total_size == 8
+    assert loaded["parallelism_config_cp_comm_strategy"] == "allgather"

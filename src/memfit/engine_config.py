@@ -81,6 +81,16 @@ def accelerate_fsdp_config(spec: ModelSpec, setup: TrainingSetup) -> dict:
                     fsdp_sync_module_states=True)
     else:
         fsdp.update(fsdp_version=2, fsdp_reshard_after_forward=setup.shard == "fsdp")
+    extra = {}
+    if setup.cp > 1:
+        # accelerate 1.16: the keys `accelerate config` writes (commands/config/cluster.py:515-549), which `launch`
+        # turns into ParallelismConfig (commands/launch.py:1298, utils/launch.py:375-393); FSDP shards over
+        # dp_shard x cp, torch context parallelism all-gathers K/V (physics/context_parallel.py).
+        prefix = "parallelism_config_"
+        extra["parallelism_config"] = {prefix + "dp_replicate_size": 1,
+                                       prefix + "dp_shard_size": setup.world_size // setup.cp,
+                                       prefix + "tp_size": 1, prefix + "cp_size": setup.cp,
+                                       prefix + "cp_comm_strategy": "allgather"}
     return {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "FSDP",
@@ -91,6 +101,7 @@ def accelerate_fsdp_config(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "main_training_function": "main",
         "use_cpu": False,
         "fsdp_config": fsdp,
+        **extra,
     }
 
 
