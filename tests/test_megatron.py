@@ -53,7 +53,8 @@ def megatron_args(spec: ModelSpec, setup: TrainingSetup, dp_for_optimizer: int |
         pipeline_model_parallel_size=lay.pp, tensor_model_parallel_size=lay.tp, world_size=setup.world_size,
         data_parallel_size=dp_for_optimizer or lay.dp, use_distributed_optimizer=lay.distributed_optimizer,
         seq_length=setup.seq_len // lay.cp, micro_batch_size=setup.batch_size,
-        virtual_pipeline_model_parallel_size=None, sequence_parallel=lay.sequence_parallel,
+        virtual_pipeline_model_parallel_size=lay.vpp if lay.vpp > 1 else None,
+        sequence_parallel=lay.sequence_parallel,
         recompute_granularity=setup.recompute if setup.recompute != "none" else None, hybrid_layer_pattern=None)
 
 
@@ -91,15 +92,28 @@ LAYOUTS = [
 
 
 @pytest.mark.parametrize("model,gpus,nodes,tp,pp,cp,sp,distopt,mbs,seq,m", LAYOUTS)
-def test_model_state_and_activations_equal_megatron_report(model, gpus, nodes, tp, pp, cp, sp, distopt, mbs, seq, m):
+def test_model_state_and_activations_equal_megatron_report(model, gpus, nodes, tp, pp, cp, sp, distopt, mbs, seq, m,
+                                                           vpp=1):
     spec = four_h_model() if model == "gpt-4h" else load_model(model)
     setup = TrainingSetup(recipe="megatron", gpus=gpus, nodes=nodes, tp=tp, pp=pp, cp=cp, sequence_parallel=sp,
                           recompute="selective", distributed_optimizer=distopt, batch_size=mbs, seq_len=seq,
-                          grad_accum=m)
+                          grad_accum=m, vpp=vpp)
     state_oracle, act_oracle = report(megatron_args(spec, setup), m)
     _, state, activations = memfit_parts(spec, setup)
     assert state == pytest.approx(state_oracle, rel=1e-6)
     assert activations == pytest.approx(act_oracle, rel=1e-6)
+
+
+@pytest.mark.parametrize("vpp,model,sp", [(2, "llama-3.1-8b", True), (4, "llama-3.1-8b", True), (2, "gpt-4h", False)])
+def test_interleaved_schedule_equals_megatron_report(vpp, model, sp):
+    test_model_state_and_activations_equal_megatron_report(model, 8, 2, 2, 4, 1, sp, True, 1, 4096, 8, vpp=vpp)
+
+
+def test_interleaving_holds_more_than_plain_1f1b():
+    spec = load_model("llama-3.1-8b")
+    act = {v: estimate(spec, TrainingSetup(recipe="megatron", gpus=8, pp=4, tp=2, sequence_parallel=True, vpp=v,
+                                           grad_accum=8, seq_len=4096)).component("activations") for v in (1, 2)}
+    assert act[2] == round(act[1] * (1 + 3 / 8))      # 1 + (pp - 1) / (pp x vpp)
 
 
 def test_context_parallel_is_the_report_at_a_cp_th_of_the_length():
@@ -157,6 +171,8 @@ def test_pipeline_first_stage_holds_min_of_microbatches_and_stages():
     (dict(gpus=8, ep=2), "has no experts to split"),
     (dict(gpus=8, method="lora"), "megatron models full training"),
     (dict(gpus=8, shard="zero3"), "not --shard zero3"),
+    (dict(gpus=8, pp=2, vpp=2), "--vpp (the interleaved schedule) needs --pp 3 or more"),
+    (dict(gpus=8, pp=4, vpp=3), "--pp x --vpp = 12 must divide the 32 layers"),
 ])
 def test_bad_layouts_are_one_clear_error(changes, words):
     spec = load_model("llama-3.1-8b")

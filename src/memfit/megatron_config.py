@@ -31,6 +31,8 @@ def megatron_arguments(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
     lay = megatron.layout(setup)
     words = ["--tensor-model-parallel-size", lay.tp, "--pipeline-model-parallel-size", lay.pp,
              "--context-parallel-size", lay.cp]
+    if lay.vpp > 1:
+        words += ["--num-virtual-stages-per-pipeline-rank", lay.vpp]     # arguments.py:3116
     if lay.ep > 1:
         words += ["--expert-model-parallel-size", lay.ep]
     if lay.sequence_parallel:

@@ -175,6 +175,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            maximum=1 << 10),
     Option("ep", "int", "Megatron expert-parallel degree (MoE models)", default=1, unit="GPUs", minimum=1,
            maximum=1 << 12),
+    Option("vpp", "int", "Megatron virtual pipeline stages per GPU (interleaved 1F1B; 1: not interleaved)",
+           default=1, minimum=1, maximum=1 << 10),
     Option("sequence_parallel", "bool", "Megatron sequence parallelism: norm and dropout activations split over "
            "the tensor-parallel GPUs", default=False),
     Option("recompute", "choice", "Megatron activation recompute (--recompute-granularity)", default="none",

@@ -59,6 +59,7 @@ class TrainingSetup:
     tp: int | None = None                       # Megatron tensor / pipeline / expert parallel (physics/megatron.py)
     pp: int | None = None
     ep: int | None = None
+    vpp: int | None = None                      # virtual pipeline stages per GPU (interleaved schedule)
     sequence_parallel: bool | None = None
     recompute: str | None = None                # Megatron recompute granularity: none | selective | full
     distributed_optimizer: bool | None = None

@@ -38,7 +38,7 @@ from ..params import layer_linears
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
 
-MEGATRON_OPTIONS = ("tp", "pp", "ep", "sequence_parallel", "recompute", "distributed_optimizer")
+MEGATRON_OPTIONS = ("tp", "pp", "ep", "vpp", "sequence_parallel", "recompute", "distributed_optimizer")
 # megatron/training/models/gpt.py:163 make_vocab_size_divisible_by = 128 (times tp: build_tokenizer.py:138).
 VOCAB_DIVISIBLE_BY = 128
 PARAM_BYTES = 2                 # bf16 model parameters
@@ -55,6 +55,7 @@ class Layout:
     pp: int
     cp: int
     ep: int
+    vpp: int                    # virtual pipeline stages per GPU (1: the plain 1F1B schedule)
     dp: int                     # data-parallel replicas: world / (tp x pp x cp)
     expert_dp: int              # world / (tp x ep x pp): expert-tensor parallel = tp (Megatron's default)
     sequence_parallel: bool     # effective: only with tp > 1
@@ -67,6 +68,15 @@ class Layout:
         """Micro-batches whose activations the first stage holds at once under 1F1B."""
         return 1 if self.pp == 1 else min(self.microbatches, self.pp)
 
+    @property
+    def held_stages(self) -> float:
+        """How many stages' worth of activations (L/pp layers for one micro-batch each) the first GPU holds.
+        Plain 1F1B: one per micro-batch in flight. Interleaved: pp x (1 + (pp - 1) / (pp x vpp)), the penalty
+        Narayanan et al. 2021 give and theoretical_memory_usage.py applies (its warm-up runs more chunks)."""
+        if self.vpp > 1:
+            return self.pp * (1 + (self.pp - 1) / (self.pp * self.vpp))
+        return self.in_flight
+
     def words(self) -> str:
         return (f"tp {self.tp} x pp {self.pp} x cp {self.cp} x dp {self.dp}"
                 + (f", ep {self.ep}" if self.ep > 1 else ""))
@@ -75,7 +85,7 @@ class Layout:
 def layout(setup: TrainingSetup) -> Layout:
     tp, pp, cp, ep = setup.tp, setup.pp, setup.cp, setup.ep
     world = setup.world_size
-    return Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=world // (tp * pp * cp), expert_dp=world // (tp * ep * pp),
+    return Layout(tp=tp, pp=pp, cp=cp, ep=ep, vpp=setup.vpp, dp=world // (tp * pp * cp), expert_dp=world // (tp * ep * pp),
                   sequence_parallel=bool(setup.sequence_parallel) and tp > 1, recompute=setup.recompute,
                   distributed_optimizer=bool(setup.distributed_optimizer), microbatches=setup.grad_accum)
 
@@ -100,6 +110,9 @@ def setup_problems(setup: TrainingSetup) -> list[Problem]:
     elif setup.ep > 1 and setup.world_size % (setup.tp * setup.ep * setup.pp):
         p.append(Problem("ep", f"{{tp}} x {{ep}} x {{pp}} = {setup.tp * setup.ep * setup.pp} must divide the "
                                f"{setup.world_size} GPUs (experts are split over tensor x expert parallel ranks)"))
+    if setup.vpp > 1 and setup.pp <= 2:
+        # megatron/training/arguments.py:1004-1009 with overlap_p2p_comm off (model_parallel_config.py:385).
+        p.append(Problem("vpp", "{vpp} (the interleaved schedule) needs {pp} 3 or more"))
     if setup.shard not in ("none", "ddp"):
         p.append(Problem("shard", f"{{recipe}} megatron shards optimizer state with {{distributed_optimizer}}, "
                                   f"not {{shard}} {setup.shard}"))
@@ -125,6 +138,9 @@ def check_model(spec: ModelSpec, setup: TrainingSetup) -> None:
                                       f"(query groups) of {spec.name}"))
     if spec.num_layers % setup.pp:
         problems.append(Problem("pp", f"{{pp}} {setup.pp} must divide the {spec.num_layers} layers of {spec.name}"))
+    elif spec.num_layers % (setup.pp * setup.vpp):
+        problems.append(Problem("vpp", f"{{pp}} x {{vpp}} = {setup.pp * setup.vpp} must divide the "
+                                       f"{spec.num_layers} layers of {spec.name}"))
     if setup.ep > 1 and not spec.is_moe:
         problems.append(Problem("ep", f"{{ep}} {setup.ep}: {spec.name} has no experts to split"))
     elif setup.ep > 1 and spec.num_experts % setup.ep:
@@ -213,11 +229,11 @@ def activation_bytes(spec: ModelSpec, setup: TrainingSetup, lay: Layout) -> dict
     split = lay.tp if lay.sequence_parallel else 1       # what sequence parallelism splits outside the TP regions
     out: dict[str, float] = {}
     if lay.recompute == "full":
-        out["checkpoints"] = 2 * s * b * h / split * layers_here * lay.in_flight
+        out["checkpoints"] = 2 * s * b * h / split * layers_here * lay.held_stages
         out["recomputed layer"] = one_layer
     else:
-        out["activations"] = one_layer * layers_here * lay.in_flight
-    out["embedding and head activations"] = (INDEX_BYTES * s * b + s * b * h) * lay.in_flight / split
+        out["activations"] = one_layer * layers_here * lay.held_stages
+    out["embedding and head activations"] = (INDEX_BYTES * s * b + s * b * h) * lay.held_stages / split
     if lay.pp == 1:
         if lay.sequence_parallel:
             out["logits and loss"] = 4 * s * b * h * (1 + v / h) / lay.tp
@@ -243,7 +259,9 @@ def assumption(spec: ModelSpec, setup: TrainingSetup, lay: Layout) -> str:
     return (f"Megatron-Core per GPU on the first pipeline stage (the most loaded): {lay.words()} over "
             f"{setup.world_size} GPUs; {opt}; bf16 params with fp32 main gradients; "
             f"{'sequence parallel, ' if lay.sequence_parallel else ''}recompute {lay.recompute}; "
-            f"1F1B schedule with {lay.in_flight} micro-batch(es) in flight on the first stage; "
-            f"vocabulary padded to {padded_vocab(spec, lay.tp)}; activations per Korthikanti et al. 2022 as "
+            + (f"interleaved 1F1B with {lay.vpp} virtual stages per GPU ({lay.held_stages:.2f} stages' "
+               "activations on the first GPU); " if lay.vpp > 1 else
+               f"1F1B schedule with {lay.in_flight} micro-batch(es) in flight on the first stage; ")
+            + f"vocabulary padded to {padded_vocab(spec, lay.tp)}; activations per Korthikanti et al. 2022 as "
             "megatron/training/theoretical_memory_usage.py computes them (a GeLU-sized MLP: SwiGLU's extra "
             "saved projection is not in it)")
