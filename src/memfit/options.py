@@ -167,9 +167,12 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("offload", "choice", "ZeRO / FSDP CPU offload", default="none", choices=OFFLOADS),
     # Long context and Megatron layouts (physics/context_parallel.py, physics/megatron.py).
     Option("cp", "int", "context/sequence-parallel degree: each sequence split over N GPUs (Ulysses or ring "
-           "attention, as the recipe's engine does it)", default=1, unit="GPUs", minimum=1, maximum=1 << 12),
+           "attention, as the recipe's engine does it)", default=1, unit="GPUs", minimum=1, maximum=1 << 12,
+           tool_keys=_keys(axolotl="context_parallel_size")),
     Option("activation_offload", "bool", "saved activations in host memory between forward and backward "
-           "(torchtune/TRL activation offloading; with --grad-ckpt it is --ckpt-offload)", default=False),
+           "(torchtune/TRL activation offloading; with --grad-ckpt it is --ckpt-offload)", default=False,
+           tool_keys=_keys(axolotl="activation_offloading", trl="activation_offloading",
+                           torchtune="enable_activation_offloading")),
     Option("tp", "int", "Megatron tensor-parallel degree", default=1, unit="GPUs", minimum=1, maximum=1 << 10),
     Option("pp", "int", "Megatron pipeline-parallel degree (1F1B schedule)", default=1, unit="GPUs", minimum=1,
            maximum=1 << 10),

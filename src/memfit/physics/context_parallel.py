@@ -46,7 +46,8 @@ from ..spec import ModelSpec
 CP_RECIPES = ("hf", "trl", "trl-1.14", "axolotl", "ms-swift", "megatron")
 # The stacks with an activation-offload switch: torchtune enable_activation_offloading, TRL/axolotl
 # activation_offloading (TRL's hooks), unsloth's offloaded checkpointing.
-OFFLOAD_RECIPES = ("torchtune", "trl", "trl-1.14", "axolotl", "unsloth")
+# `memfit check` reads a TRL SFTConfig as the hf recipe (preflight/formats.py read_trl), so hf carries TRL's switch.
+OFFLOAD_RECIPES = ("torchtune", "trl", "trl-1.14", "axolotl", "unsloth", "hf")
 # GPU-resident layers' worth of activations under offload without checkpointing: the current and the in-flight one.
 OFFLOAD_RESIDENT_LAYERS = 2
 
