@@ -140,3 +140,12 @@ def test_accelerate_config_carries_the_context_parallel_layout(tmp_path):
     pc = ParallelismConfig(**sizes)
     assert pc.cp_size == 4 and pc.total_size == 8
     assert loaded["parallelism_config_cp_comm_strategy"] == "allgather"
+
+
+def test_offloaded_activations_on_the_host_are_counted_per_node():
+    spec = load_model(LLAMA)
+    base = dict(recipe="trl", method="full", shard="fsdp", seq_len=131072, activation_offload=True)
+    one = estimate(spec, TrainingSetup(gpus=2, **base))
+    eight = estimate(spec, TrainingSetup(gpus=8, **base))
+    # FSDP's own host state is nil here (no --offload): the host holds each GPU's 32 layers x 131072 x 4096 x 2 B.
+    assert one.host_bytes == 2 * 32 * 131072 * 4096 * 2 and eight.host_bytes == 4 * one.host_bytes

@@ -107,7 +107,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
         range_low_bytes=low, range_high_bytes=high,
         paged_bytes=static["sharded"]["paged"], download_bytes=static["download"], assumptions=static["assumptions"],
-        extra={"expected_error": band} if band else {}, host_bytes=static["sharded"]["host"] + parts["offload_host"],
+        extra={"expected_error": band} if band else {},
+        host_bytes=static["sharded"]["host"] + parts["offload_host"] * setup.gpus,   # offloaded activations: per GPU
     )
 
 
