@@ -55,7 +55,7 @@ def test_ulysses_keeps_a_whole_kv_head_when_gpus_outnumber_kv_heads():
     (dict(recipe="trl", gpus=4, shard="fsdp", cp=3, seq_len=6144), "--cp 3 must divide the 4 GPUs"),
     (dict(recipe="trl", gpus=4, cp=2, shard="fsdp", attn="eager"), "needs a flash or SDPA attention kernel"),
     (dict(recipe="trl", gpus=4, cp=2), "through accelerate needs FSDP2"),
-    (dict(recipe="hf", activation_offload=True), "hf recipe has no activation offload"),
+    (dict(recipe="litgpt", activation_offload=True), "litgpt recipe has no activation offload"),
 ])
 def test_bad_context_parallel_setups_are_one_clear_error(setup, words):
     with pytest.raises(InvalidSetupError) as err:
