@@ -57,7 +57,7 @@ def test_recipe_defaults_are_their_sources_values(recipe, method):
 def test_every_recipe_resolves_and_names_a_version_or_commit():
     spec = load_model("llama-3.2-1b")
     for name, recipe in RECIPES.items():
-        for method in ("full", "lora", "qlora"):
+        for method in recipe.methods:
             est = estimate(spec, TrainingSetup(recipe=name, method=method))
             assert est.device_bytes > 0
         if name not in ("litgpt", "mlx"):

@@ -54,6 +54,9 @@ COSTS = {
                         "because nothing else fits"),
 }
 # On MLX a quantized base is a converted model, not a load-time option.
+from .scale_advice import COSTS as _SCALE_COSTS, WORDS as _SCALE_WORDS  # noqa: E402
+
+COSTS.update(_SCALE_COSTS)
 MLX_QLORA_COST = ("convert the model first (mlx_lm.convert --hf-path MODEL -q: affine 4-bit, group 64): a small "
                   "quality cost")
 
@@ -164,6 +167,10 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[t
     """(key, words, apply) for each gentle lever this stack and this hardware can use."""
     from .recipes import RECIPES
 
+    from . import scale_advice
+
+    if setup.recipe == "megatron":      # its own levers: recompute, sequence parallel, optimizer sharding, cp
+        return scale_advice.levers(spec, setup, hardware)
     recipe = RECIPES[setup.recipe]
     mac = hardware.kind == "mac"
     out = []
@@ -183,7 +190,7 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[t
                                                                 spec.num_layers) // 2))))
     if setup.method == "full":
         out.append(("lora", "LoRA", lambda s: _switch_method(s, "lora")))
-    return out
+    return out + scale_advice.levers(spec, setup, hardware)
 
 
 def _switch_method(setup: TrainingSetup, method: str) -> TrainingSetup:
@@ -246,6 +253,14 @@ def _with_batch(setup: TrainingSetup, batch: int, effective: int) -> TrainingSet
 
 def _more_gpus(spec, setup, hardware) -> _Candidate | None:
     """The fewest GPUs of this kind, and the lightest layout, that fit (up to 8 GPUs on one node)."""
+    if setup.recipe == "megatron" and hardware.kind != "mac":
+        from .scale_advice import fewest_megatron_gpus
+
+        found = fewest_megatron_gpus(spec, setup, hardware)
+        if found is None or found[0] == setup:
+            return None
+        key = "more-gpus" if found[0].world_size > setup.world_size else "megatron-layout"
+        return _Candidate(frozenset({key}), found[0], spec, found[1], "fits")
     if hardware.kind == "mac" or setup.world_size > 1 or setup.recipe == "mlx":
         return None
     for gpus in (2, 4, 8):
@@ -319,7 +334,7 @@ _WORDS = {"grad_ckpt": lambda v: "gradient checkpointing" if v else "no gradient
           "seq_len": lambda v: f"max length {v}",
           "method": lambda v: {"qlora": "QLoRA", "lora": "LoRA", "full": "full fine-tuning"}[v],
           "train_layers": lambda v: f"train the last {v} layers",
-          "ckpt_offload": lambda v: "checkpoints offloaded" if v else "checkpoints on the GPU"}
+          "ckpt_offload": lambda v: "checkpoints offloaded" if v else "checkpoints on the GPU", **_SCALE_WORDS}
 
 
 def _suggestion(c: _Candidate, spec, setup, base, hardware, command_for, model_ref, dataset, floor) -> Suggestion:
@@ -330,7 +345,8 @@ def _suggestion(c: _Candidate, spec, setup, base, hardware, command_for, model_r
     if "gpus" in changes:
         s = c.setup
         words.append(f"{s.world_size} GPUs with {s.shard}" + (f" ({s.offload} offloaded)" if s.offload != "none"
-                                                               else ""))
+                                                               else "") if s.recipe != "megatron" else
+                     f"{s.world_size} GPUs")
     # The loss kernel names the change; chunked_ce only says that it is a chunked one.
     skip = {"gpus", "shard", "offload"} | ({"chunked_ce"} if "loss" in changes else set())
     words += [_WORDS[k](v) for k, v in changes.items() if k in _WORDS and k not in skip]

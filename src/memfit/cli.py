@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataset_args(p)
     add_format(p)
 
-    p = sub.add_parser("config", help="print a DeepSpeed JSON or accelerate FSDP config for the plan")
+    p = sub.add_parser("config", help="print a DeepSpeed JSON or accelerate FSDP config, or Megatron-LM "
+                                      "arguments, for the plan")
     p.add_argument("model")
     p.add_argument("--engine", required=True, choices=list(ENGINES))
     p.add_argument("-o", "--output", help="write the config to this file instead of printing it")

@@ -145,6 +145,10 @@ def cmd_config(args) -> str:
     from .report import load_request_model, resolve_setup
 
     request = request_from_args(args)
+    if args.engine == "megatron" and "recipe" not in request.setup:
+        from dataclasses import replace
+
+        request = replace(request, setup={**request.setup, "recipe": "megatron"})   # the layout is Megatron's
     spec, _ = load_request_model(request)
     if spec.is_rule_of_thumb:
         raise InvalidSetupError("a bare size has no architecture to configure; name a model or a config.json")
@@ -155,7 +159,8 @@ def cmd_config(args) -> str:
             Path(args.output).write_text(text + "\n")
         except OSError as exc:
             raise SourceError(f"{args.output}: cannot write ({exc.strerror or exc})") from None
-        return f"wrote {args.output} ({args.engine}, {setup.shard} over {setup.world_size} GPUs)"
+        layout = f"tp {setup.tp} x pp {setup.pp} x cp {setup.cp}" if args.engine == "megatron" else setup.shard
+        return f"wrote {args.output} ({args.engine}, {layout} over {setup.world_size} GPUs)"
     return text
 
 

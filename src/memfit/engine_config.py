@@ -15,7 +15,7 @@ from .errors import InvalidSetupError
 from .setup import TrainingSetup
 from .spec import ModelSpec
 
-ENGINES = ("deepspeed", "accelerate-fsdp")
+ENGINES = ("deepspeed", "accelerate-fsdp", "megatron")   # megatron: megatron_config.py
 
 
 def _precision_flags(setup: TrainingSetup) -> tuple[bool, bool]:
@@ -72,6 +72,16 @@ def accelerate_fsdp_config(spec: ModelSpec, setup: TrainingSetup) -> dict:
                     fsdp_sync_module_states=True)
     else:
         fsdp.update(fsdp_version=2, fsdp_reshard_after_forward=setup.shard == "fsdp")
+    extra = {}
+    if setup.cp > 1:
+        # accelerate 1.16: the keys `accelerate config` writes (commands/config/cluster.py:515-549), which `launch`
+        # turns into ParallelismConfig (commands/launch.py:1298, utils/launch.py:375-393); FSDP shards over
+        # dp_shard x cp, torch context parallelism all-gathers K/V (physics/context_parallel.py).
+        prefix = "parallelism_config_"
+        extra["parallelism_config"] = {prefix + "dp_replicate_size": 1,
+                                       prefix + "dp_shard_size": setup.world_size // setup.cp,
+                                       prefix + "tp_size": 1, prefix + "cp_size": setup.cp,
+                                       prefix + "cp_comm_strategy": "allgather"}
     return {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "FSDP",
@@ -82,10 +92,15 @@ def accelerate_fsdp_config(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "main_training_function": "main",
         "use_cpu": False,
         "fsdp_config": fsdp,
+        **extra,
     }
 
 
 def render_config(spec: ModelSpec, setup: TrainingSetup, engine: str) -> str:
+    if engine == "megatron":
+        from .megatron_config import render_megatron
+
+        return render_megatron(spec, setup)
     if engine == "deepspeed":
         return json.dumps(deepspeed_config(spec, setup), indent=2)
     import yaml

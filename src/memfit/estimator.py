@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .params import count_params, layer_linears
 from .physics import activations as act
+from .physics import context_parallel as cp
 from .physics import quantized_base, sharding, states
 from .physics.compile import ASSUMPTION as COMPILE_ASSUMPTION
 from .physics.loss import loss_memory
@@ -72,6 +73,11 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         from .estimate_mlx import estimate_mlx
 
         return estimate_mlx(spec, setup)
+    if setup.recipe == "megatron":
+        from .estimate_megatron import estimate_megatron
+
+        return estimate_megatron(spec, setup)
+    cp.check_model(spec, setup)
     spec = _as_built_by(spec, setup)
     static = _static_parts(spec, setup)
     parts = _token_parts(spec, setup, static)
@@ -102,7 +108,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
         range_low_bytes=low, range_high_bytes=high,
         paged_bytes=static["sharded"]["paged"], download_bytes=static["download"], assumptions=static["assumptions"],
-        extra={"expected_error": band} if band else {}, host_bytes=static["sharded"]["host"],
+        extra={"expected_error": band} if band else {},
+        host_bytes=static["sharded"]["host"] + parts["offload_host"] * setup.gpus,   # offloaded activations: per GPU
     )
 
 
@@ -192,6 +199,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "master weights": "fp32 master copy of the trainable weights, sharded (DeepSpeed ZeRO)",
         "gathered parameters": "unsharded parameters in flight while a GPU computes (ZeRO-3 / FSDP all-gather)",
         "communication buffers": "DDP gradient buckets, or one layer's unsharded gradient for reduce-scatter",
+        "context-parallel buffers": "attention's K/V (or all-to-all) buffers across the GPUs of one sequence",
     }
     static["sharded"] = sharding.apply(static, spec, setup, stack)
     static["notes"].update(sharding.notes(setup, stack))
@@ -208,11 +216,22 @@ def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
     """The parts that grow with batch size and length, from the cached per-token coefficients."""
     stack = static["stack"]
     static = static["sharded"]
+    full, setup = setup, cp.local_setup(setup)       # with --cp, one GPU holds seq_len / cp tokens of a sequence
     T, s = setup.batch_size * setup.seq_len, setup.seq_len
     per_token, per_position = static["layer_coeffs"]
     # LoRA on an int8 / GPTQ / AWQ base: what those kernels save beyond the walk (physics/quantized_base.py).
-    layer_act = T * (per_token + per_position * s + static["quant_saved_per_token"]) + static["quant_saved_per_layer"]
-    return dict(static, layer_act=layer_act, all_layers_act=static["adapted_layers"] * layer_act,
+    layer_act = (T * (per_token + per_position * s + static["quant_saved_per_token"]) + static["quant_saved_per_layer"]
+                 + cp.ulysses_kv_extra_bytes(spec, full, stack.compute_bytes))
+    all_layers_act = static["adapted_layers"] * layer_act
+    offload_host = 0
+    if full.activation_offload and not full.grad_ckpt:
+        resident = min(cp.OFFLOAD_RESIDENT_LAYERS, static["adapted_layers"])
+        offload_host, all_layers_act = all_layers_act - resident * layer_act, resident * layer_act
+    elif stack.ckpt_offload:
+        offload_host = cp.offloaded_checkpoint_bytes(spec, setup, stack.residual_bytes)
+    cp_fwd, cp_bwd = cp.buffer_bytes(spec, full, stack.compute_bytes)
+    return dict(static, layer_act=layer_act, all_layers_act=all_layers_act, offload_host=offload_host,
+                cp_fwd=cp_fwd, cp_bwd=cp_bwd,
                 ckpt=0 if stack.ckpt_offload else act.checkpoint_bytes(spec, setup, stack),
                 loss=loss_memory(spec, setup, stack), head_act=T * static["head_coeff"],
                 temps=act.layer_backward_temp_bytes(spec, setup, stack)
@@ -280,6 +299,11 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
     phases["optimizer step"] = {**state, "gathered parameters": p.get("gathered_step", p["gathered"]),
                                 "gradients": p["grads"],
                                 "optimizer step temporaries": p["step_temp"]}
+    if p["cp_fwd"]:
+        # Attention's cross-GPU buffers exist while a layer runs; backward's (with the K/V gradients) are larger.
+        for name, phase in phases.items():
+            if name.startswith("layer backward"):
+                phase["context-parallel buffers"] = p["cp_bwd"]
     return phases
 
 
@@ -319,6 +343,8 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
         out.append(f"gradient accumulation {setup.grad_accum}: gradients stay allocated between micro-batches")
     if setup.shard != "none":
         out.append(sharding.assumption(setup, stack))
+    if setup.cp > 1 or setup.activation_offload:
+        out.append(cp.assumption(setup))
     return out
 
 

@@ -70,6 +70,8 @@ def explain(spec: ModelSpec, setup: TrainingSetup) -> ExplainResult:
         return ExplainResult(rows=((what, per, "rule of thumb"),), rule_bytes_per_weight=per, estimate=est,
                              per_layer_activation_bytes=0, checkpoint_bytes_per_layer=0,
                              differences=("a bare size has no architecture: name a model to see the real stack",))
+    if setup.recipe == "megatron":
+        return _explain_megatron(spec, setup, est)
     stack = resolve_stack(spec, setup)
     trained = max(states.trainable_params(spec, stack), 1)
     p = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
@@ -105,3 +107,25 @@ def explain(spec: ModelSpec, setup: TrainingSetup) -> ExplainResult:
                          per_layer_activation_bytes=act.layer_activation_bytes(spec, setup, stack),
                          checkpoint_bytes_per_layer=act.checkpoint_bytes(spec, setup, stack),
                          differences=tuple(diffs))
+
+
+def _explain_megatron(spec: ModelSpec, setup: TrainingSetup, est) -> ExplainResult:
+    """Megatron's bytes per weight (physics/megatron.py): bf16 weight, fp32 main gradient, fp32 master and Adam
+    state, the last two divided over the distributed optimizer's GPUs."""
+    from .physics import megatron as mg
+
+    lay = mg.layout(setup)
+    shard = lay.dp * lay.cp if lay.distributed_optimizer else 1
+    rows = (("weight", float(mg.PARAM_BYTES), "bf16 parameters"),
+            ("gradient", float(mg.MAIN_GRAD_BYTES), "fp32 main-gradient buffer"),
+            ("master weight", mg.MASTER_BYTES / shard, f"fp32 main parameters / {shard}"),
+            ("optimizer state", mg.ADAM_BYTES / shard, f"Adam moments in fp32 / {shard}"))
+    diffs = ("Megatron keeps fp32 main gradients (4 B) and an fp32 master copy: 18 B per weight without the "
+             "distributed optimizer, 6 + 12/dp with it (megatron/training/theoretical_memory_usage.py)",
+             f"per GPU the weights are 1/tp of each matrix and 1/pp of the layers ({lay.words()})")
+    one_layer = round(mg.layer_activation_bytes(spec, setup, lay))
+    return ExplainResult(rows=rows, rule_bytes_per_weight=16.0, estimate=est, per_layer_activation_bytes=one_layer,
+                         checkpoint_bytes_per_layer=round(2 * setup.batch_size * setup.seq_len / lay.cp
+                                                          * spec.hidden_size
+                                                          / (lay.tp if lay.sequence_parallel else 1)),
+                         differences=diffs)

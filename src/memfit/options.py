@@ -58,7 +58,8 @@ LOSSES = {
     "trl-fused-head": "TRL >= 1.15 fused LM head (4096 x 32768 logit tiles, fp32 gradient accumulators)",
 }
 RECIPE_NAMES = ("hf", "trl", "trl-1.14", "trl-0.21", "torchtune", "litgpt", "unsloth", "axolotl", "llamafactory",
-                "ms-swift", "pytorch", "mlx")
+                "ms-swift", "pytorch", "mlx", "megatron")
+RECOMPUTE = ("none", "selective", "full")   # Megatron --recompute-granularity (none: the flag not given)
 TOOLS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
 
 # Past these a number is a typo, not a plan: no single device trains 2M tokens per micro-batch.
@@ -171,6 +172,27 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("shard", "choice", "data-parallel layout; with more than one GPU, none means replicas (ddp)",
            choices=SHARDS),
     Option("offload", "choice", "ZeRO / FSDP CPU offload", default="none", choices=OFFLOADS),
+    # Long context and Megatron layouts (physics/context_parallel.py, physics/megatron.py).
+    Option("cp", "int", "context/sequence-parallel degree: each sequence split over N GPUs (Ulysses or ring "
+           "attention, as the recipe's engine does it)", default=1, unit="GPUs", minimum=1, maximum=1 << 12,
+           tool_keys=_keys(axolotl="context_parallel_size")),
+    Option("activation_offload", "bool", "saved activations in host memory between forward and backward "
+           "(torchtune/TRL activation offloading; with --grad-ckpt it is --ckpt-offload)", default=False,
+           tool_keys=_keys(axolotl="activation_offloading", trl="activation_offloading",
+                           torchtune="enable_activation_offloading")),
+    Option("tp", "int", "Megatron tensor-parallel degree", default=1, unit="GPUs", minimum=1, maximum=1 << 10),
+    Option("pp", "int", "Megatron pipeline-parallel degree (1F1B schedule)", default=1, unit="GPUs", minimum=1,
+           maximum=1 << 10),
+    Option("ep", "int", "Megatron expert-parallel degree (MoE models)", default=1, unit="GPUs", minimum=1,
+           maximum=1 << 12),
+    Option("vpp", "int", "Megatron virtual pipeline stages per GPU (interleaved 1F1B; 1: not interleaved)",
+           default=1, minimum=1, maximum=1 << 10),
+    Option("sequence_parallel", "bool", "Megatron sequence parallelism: norm and dropout activations split over "
+           "the tensor-parallel GPUs", default=False),
+    Option("recompute", "choice", "Megatron activation recompute (--recompute-granularity)", default="none",
+           choices=RECOMPUTE),
+    Option("distributed_optimizer", "bool", "Megatron distributed optimizer: fp32 master weights and Adam state "
+           "sharded over the data- and context-parallel GPUs", default=False),
 )
 
 REQUEST_OPTIONS: tuple[Option, ...] = (

@@ -48,7 +48,8 @@ def best_for_method(spec: ModelSpec, base: TrainingSetup, method: str, hardware:
     """(setup, device_bytes, notes) for the cheapest-to-train setup of `method` that fits, or (None, ...)."""
     from .recipes import RECIPES
 
-    options = [dict(grad_ckpt=False), dict(grad_ckpt=True)]
+    options = [dict(grad_ckpt=False), dict(grad_ckpt=True)] if base.recipe != "megatron" else \
+        [dict(recompute="selective"), dict(recompute="full")]        # Megatron recomputes its own way
     if method == "full" and "adamw-8bit" in RECIPES[base.recipe].optimizers:
         options.append(dict(grad_ckpt=True, optimizer="adamw-8bit"))
     smallest = None
@@ -74,8 +75,10 @@ def best_for_method(spec: ModelSpec, base: TrainingSetup, method: str, hardware:
 def plan(spec: ModelSpec, base: TrainingSetup, hardware: Hardware, command_for,
          methods: tuple[str, ...] = ("full", "lora", "qlora")) -> tuple[PlanOption | None, list[PlanOption]]:
     """`command_for(setup)` writes the command that reproduces a setup."""
+    from .recipes import RECIPES
+
     options = []
-    for method in methods:
+    for method in (m for m in methods if m in RECIPES[base.recipe].methods):
         setup, device, notes = best_for_method(spec, base, method, hardware)
         command = command_for(setup) if setup else None
         options.append(PlanOption(method, setup, device, command, TRADE_OFFS[method], notes))

@@ -53,6 +53,7 @@ class Recipe:
     arch_overrides: dict = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     optimizers: tuple[str, ...] = tuple(OPTIMIZERS)   # what the stack can instantiate
+    methods: tuple[str, ...] = ("full", "lora", "qlora")   # what the stack can train (megatron: full only)
 
     def default(self, name: str, method: str):
         """This stack's default for setup option `name` with `method`, or None where it has none."""
@@ -229,6 +230,18 @@ RECIPES: dict[str, Recipe] = {
                  "(lora.py:240-242)",
                  "MLX affine 4-bit, group 64, 16-bit scales and biases (mlx_lm.convert -q); the step model is "
                  "physics/mlx.py")),
+    "megatron": Recipe(
+        name="megatron", description="Megatron-LM / Megatron-Core full training (pretrain_gpt), bf16 with fp32 main "
+                                     "gradients, TP/PP/CP/EP layouts (physics/megatron.py)",
+        precision="bf16", autocast=False, optimizer="adamw-fused", grad_ckpt=False, attn="flash",
+        lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=False, loss="plain",
+        fp32_logits_copy=False, defaults={"method": "full"}, optimizers=("adamw-fused",), methods=("full",),
+        sources=("NVIDIA/Megatron-LM@d98e8a64 megatron/training/theoretical_memory_usage.py: bf16 params, fp32 main "
+                 "grads, fp32 main params and Adam states (18 B/param, 6 + 12/dp with --use-distributed-optimizer)",
+                 "megatron/training/arguments.py:3156 --use-distributed-optimizer off by default; :3221 "
+                 "--cp-comm-type p2p; megatron/core/transformer/transformer_config.py:532 recompute_granularity "
+                 "None (no recompute) by default",
+                 "Adam from Transformer Engine / apex FusedAdam: a fused kernel, no per-step temporaries")),
 }
 
 

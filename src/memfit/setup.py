@@ -55,6 +55,15 @@ class TrainingSetup:
     nodes: int | None = None
     shard: str | None = None                    # more than one GPU and none given: replicas (ddp)
     offload: str | None = None                  # none | optimizer | optimizer+params
+    cp: int | None = None                       # GPUs one sequence is split over (physics/context_parallel.py)
+    activation_offload: bool | None = None      # saved activations (with checkpointing: checkpoints) on the host
+    tp: int | None = None                       # Megatron tensor / pipeline / expert parallel (physics/megatron.py)
+    pp: int | None = None
+    ep: int | None = None
+    vpp: int | None = None                      # virtual pipeline stages per GPU (interleaved schedule)
+    sequence_parallel: bool | None = None
+    recompute: str | None = None                # Megatron recompute granularity: none | selective | full
+    distributed_optimizer: bool | None = None
     # The fields the caller set (everything else is the recipe's). Not part of equality: two setups that
     # resolve to the same values are the same run.
     explicit: frozenset = field(default=frozenset(), init=False, compare=False, repr=False)
@@ -73,7 +82,7 @@ class TrainingSetup:
         if problems:
             raise InvalidSetupError(problems)
         recipe = RECIPES[given.get("recipe", "hf")]
-        method = given.get("method", "lora")
+        method = given.get("method", recipe.defaults.get("method", "lora"))
         values = {}
         for name in SETUP_FIELDS:
             if name in given:
@@ -87,7 +96,8 @@ class TrainingSetup:
             values["autocast"] = recipe.autocast if values["precision"] == "auto" else \
                 values["precision"].endswith("-mixed")
         if "ckpt_offload" not in given:
-            values["ckpt_offload"] = recipe.ckpt_offload and values["grad_ckpt"]
+            # Activation offload under checkpointing offloads only the checkpoints: that is ckpt_offload.
+            values["ckpt_offload"] = (recipe.ckpt_offload or values["activation_offload"]) and values["grad_ckpt"]
         if "ckpt_reentrant" not in given:
             values["ckpt_reentrant"] = bool(recipe.default("ckpt_reentrant", method)) and values["grad_ckpt"]
         # One fact, two spellings: `loss` names the kernel; `chunked_ce` says whether it is one of the chunked ones.
@@ -170,6 +180,9 @@ class TrainingSetup:
         if mlx and (self.world_size > 1 or self.shard != "none"):
             p.append(Problem("gpus", "mlx-lm trains on one Apple-silicon GPU: {gpus}, {nodes} and {shard} do not "
                                      "apply"))
+        from .physics import context_parallel, megatron
+
+        p += context_parallel.setup_problems(self) + megatron.setup_problems(self)
         if self.optimizer not in get_optimizers(self.recipe):
             p.append(Problem("optimizer", f"{{optimizer}} {self.optimizer} is not one the {self.recipe} recipe can "
                                           f"use ({', '.join(get_optimizers(self.recipe))})"))

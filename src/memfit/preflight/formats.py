@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import InvalidSetupError
 from ..options import ALL_TARGETS, BY_NAME, SETUP_OPTIONS, normalize, parse_targets
+from .long_context import read_long_context
 from .reader import (ATTENTION_NAMES, Reader, is_file, one_line, quant4, read_attention, read_deepspeed, read_fsdp,
                      read_precision, show)
 
@@ -160,6 +161,7 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
         r.problem("datasets", f"must be a list of datasets, got {show(ds)}")
     read_deepspeed(r, setup)
     read_fsdp(r, setup)
+    read_long_context(r, setup, keys)
     return _mapped(r, model, setup, defaults, keys, dataset, dataset_key)
 
 
@@ -322,6 +324,7 @@ def read_torchtune(data: dict, base_dir=None, lines=None) -> Mapped:
                 setup["lora_targets"] = checked
         setup["lora_dropout"] = r.setting("lora_dropout", 0.0)
     keys = field_keys("torchtune")
+    read_long_context(r, setup, keys)
     ds = r.get("dataset")
     dataset = ds.get("data_files") if isinstance(ds, dict) and isinstance(ds.get("data_files"), str) else None
     return _mapped(r, model, setup, defaults, keys, dataset, "dataset.data_files" if dataset else None)
@@ -403,6 +406,7 @@ def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
     keys = field_keys("trl", seq_len=length_key)
     read_deepspeed(r, setup)
     read_fsdp(r, setup)
+    read_long_context(r, setup, keys)
     dataset = r.text("dataset_name", what="a dataset name or path")
     return _mapped(r, model, setup, defaults, keys, dataset, "dataset_name" if dataset else None)
 

@@ -33,8 +33,13 @@ def setup_line(est: Estimate) -> str:
         parts.append(mark("grad_accum", f"grad-accum {s.grad_accum}"))
     if s.train_layers:
         parts.append(mark("train_layers", f"last {s.train_layers} layers"))
-    if s.world_size > 1:
+    if s.world_size > 1 and s.recipe != "megatron":
         parts.append(mark("shard", f"{s.shard} over {s.world_size} GPUs"))
+    if s.recipe == "megatron" or s.cp > 1:       # the model-parallel layout (physics/megatron.py)
+        parts.append(f"tp {s.tp} x pp {s.pp} x cp {s.cp} over {s.world_size} GPUs" if s.recipe == "megatron"
+                     else f"context parallel {s.cp}")
+    if s.activation_offload:
+        parts.append("activation offload")
     parts.append(mark("recipe", f"recipe {s.recipe}"))
     return ", ".join(parts)
 

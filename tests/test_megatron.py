@@ -1,0 +1,246 @@
+"""Megatron-Core layouts against Megatron-LM's own theoretical memory report (the oracle).
+
+tests/vendor/megatron/training/theoretical_memory_usage.py is NVIDIA/Megatron-LM@d98e8a64's file, unchanged
+(megatron-core on PyPI does not ship megatron/training). It is called here with an argparse namespace built from
+the same model and layout memfit is given; memfit's model state (weights, fp32 main gradients, master weights,
+Adam state) and activations must equal its two figures.
+
+Where the report covers a layout:
+- model state: every tp/pp/ep/dp layout, with or without the distributed optimizer (it knows no context
+  parallelism: memfit shards the distributed optimizer over dp x cp, megatron/core/optimizer/__init__.py:934,
+  so a cp > 1 layout is compared with the report's data_parallel_size = dp x cp);
+- activations: sequence parallelism with selective recompute (any MLP width), and no sequence parallelism with
+  a 4h MLP (that path writes 10 + 24/t); the non-interleaved 1F1B schedule; context parallelism as the report
+  at seq_length / cp (the report does not split the sequence itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from memfit import TrainingSetup, estimate, load_model
+from memfit.errors import InvalidSetupError
+from memfit.physics import megatron
+from memfit.spec import ModelSpec
+
+sys.path.insert(0, str(Path(__file__).parent / "vendor"))
+from megatron.training import theoretical_memory_usage as oracle  # noqa: E402
+
+MB = 1024 * 1024
+STATE = ("weights", "gradients", "master weights", "optimizer state")
+NOT_ACTIVATIONS = STATE + ("context-parallel buffers", "cuBLAS workspace", "allocator slack", "CUDA context")
+
+
+def megatron_args(spec: ModelSpec, setup: TrainingSetup, dp_for_optimizer: int | None = None) -> argparse.Namespace:
+    """The namespace Megatron's argument parser would build for this model and layout."""
+    lay = megatron.layout(setup)
+    return argparse.Namespace(
+        kv_channels=spec.head_dim, num_attention_heads=spec.num_heads, hidden_size=spec.hidden_size,
+        group_query_attention=spec.num_kv_heads != spec.num_heads, num_query_groups=spec.num_kv_heads,
+        num_experts=spec.num_experts if spec.is_moe else None, moe_layer_freq=1, num_layers=spec.num_layers,
+        swiglu=spec.mlp_kind == "gated", moe_shared_expert_intermediate_size=None, mtp_num_layers=None,
+        normalization="RMSNorm", multi_latent_attention=False, padded_vocab_size=megatron.padded_vocab(spec, lay.tp),
+        untie_embeddings_and_output_weights=not spec.tied_embeddings, ffn_hidden_size=spec.intermediate_size,
+        moe_ffn_hidden_size=spec.moe_intermediate_size if spec.is_moe else None, moe_latent_size=None,
+        moe_router_topk=spec.experts_per_token if spec.is_moe else 2, add_bias_linear=False,
+        expert_tensor_parallel_size=lay.tp, expert_model_parallel_size=lay.ep,
+        pipeline_model_parallel_size=lay.pp, tensor_model_parallel_size=lay.tp, world_size=setup.world_size,
+        data_parallel_size=dp_for_optimizer or lay.dp, use_distributed_optimizer=lay.distributed_optimizer,
+        seq_length=setup.seq_len // lay.cp, micro_batch_size=setup.batch_size,
+        virtual_pipeline_model_parallel_size=lay.vpp if lay.vpp > 1 else None,
+        sequence_parallel=lay.sequence_parallel,
+        recompute_granularity=setup.recompute if setup.recompute != "none" else None, hybrid_layer_pattern=None)
+
+
+def report(args, microbatches):
+    with contextlib.redirect_stdout(io.StringIO()):
+        state_mb, act_mb, _ = oracle.report_theoretical_memory(args, num_microbatches=microbatches)
+    return state_mb * MB, act_mb * MB
+
+
+def memfit_parts(spec, setup):
+    est = estimate(spec, setup)
+    state = sum(est.component(n) for n in STATE)
+    activations = sum(c.bytes for c in est.components if c.name not in NOT_ACTIVATIONS)
+    return est, state, activations
+
+
+def four_h_model() -> ModelSpec:
+    """A GQA SwiGLU model whose MLP is 4h wide: the width Megatron's without-sequence-parallel path assumes."""
+    return ModelSpec.from_hf_config(dict(model_type="llama", hidden_size=2048, intermediate_size=8192,
+                                         num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=4,
+                                         head_dim=128, vocab_size=50000, tie_word_embeddings=False,
+                                         torch_dtype="bfloat16"), name="gpt-4h", source="test")
+
+
+LAYOUTS = [
+    # model, gpus, nodes, tp, pp, cp, sp, dist-opt, micro-batch, length, micro-batches
+    ("llama-3.1-8b", 8, 1, 2, 1, 1, True, True, 1, 8192, 4),
+    ("llama-3.1-8b", 8, 1, 4, 2, 1, True, False, 1, 4096, 8),
+    ("llama-3.1-8b", 8, 2, 2, 4, 1, True, True, 2, 4096, 2),     # fewer micro-batches than stages
+    ("llama-3.1-8b", 8, 1, 8, 1, 1, True, True, 1, 16384, 1),    # vocabulary padded to 129024
+    ("llama-3.1-70b", 8, 4, 8, 4, 1, True, True, 1, 4096, 16),
+    ("gpt-4h", 8, 1, 2, 1, 1, False, True, 1, 4096, 1),          # no sequence parallelism
+    ("gpt-4h", 8, 1, 4, 2, 1, False, False, 2, 2048, 4),
+]
+
+
+@pytest.mark.parametrize("model,gpus,nodes,tp,pp,cp,sp,distopt,mbs,seq,m", LAYOUTS)
+def test_model_state_and_activations_equal_megatron_report(model, gpus, nodes, tp, pp, cp, sp, distopt, mbs, seq, m,
+                                                           vpp=1):
+    spec = four_h_model() if model == "gpt-4h" else load_model(model)
+    setup = TrainingSetup(recipe="megatron", gpus=gpus, nodes=nodes, tp=tp, pp=pp, cp=cp, sequence_parallel=sp,
+                          recompute="selective", distributed_optimizer=distopt, batch_size=mbs, seq_len=seq,
+                          grad_accum=m, vpp=vpp)
+    state_oracle, act_oracle = report(megatron_args(spec, setup), m)
+    _, state, activations = memfit_parts(spec, setup)
+    assert state == pytest.approx(state_oracle, rel=1e-6)
+    assert activations == pytest.approx(act_oracle, rel=1e-6)
+
+
+@pytest.mark.parametrize("vpp,model,sp", [(2, "llama-3.1-8b", True), (4, "llama-3.1-8b", True), (2, "gpt-4h", False)])
+def test_interleaved_schedule_equals_megatron_report(vpp, model, sp):
+    test_model_state_and_activations_equal_megatron_report(model, 8, 2, 2, 4, 1, sp, True, 1, 4096, 8, vpp=vpp)
+
+
+def test_interleaving_holds_more_than_plain_1f1b():
+    spec = load_model("llama-3.1-8b")
+    act = {v: estimate(spec, TrainingSetup(recipe="megatron", gpus=8, pp=4, tp=2, sequence_parallel=True, vpp=v,
+                                           grad_accum=8, seq_len=4096)).component("activations") for v in (1, 2)}
+    assert act[2] == round(act[1] * (1 + 3 / 8))      # 1 + (pp - 1) / (pp x vpp)
+
+
+def test_context_parallel_is_the_report_at_a_cp_th_of_the_length():
+    spec = load_model("llama-3.1-8b")
+    setup = TrainingSetup(recipe="megatron", gpus=8, tp=2, cp=4, sequence_parallel=True, recompute="selective",
+                          distributed_optimizer=True, seq_len=131072)
+    lay = megatron.layout(setup)
+    state_oracle, act_oracle = report(megatron_args(spec, setup, dp_for_optimizer=lay.dp * lay.cp), 1)
+    est, state, activations = memfit_parts(spec, setup)
+    assert state == pytest.approx(state_oracle, rel=1e-6)
+    assert activations == pytest.approx(act_oracle, rel=1e-6)
+    # The ring's K/V chunks: 2 (K and V) x 2 chunks x 32768 tokens x 1024 kv dims x 2 B, twice in backward, / tp.
+    assert est.component("context-parallel buffers") == 2 * 2 * 2 * 32768 * 1024 * 2 // 2
+
+
+def test_moe_expert_parallel_model_state_equals_megatron_report():
+    spec = load_model("mixtral-8x7b")
+    setup = TrainingSetup(recipe="megatron", gpus=8, nodes=2, tp=2, pp=2, ep=4, sequence_parallel=True,
+                          recompute="selective", distributed_optimizer=True, seq_len=4096, grad_accum=4)
+    state_oracle, _ = report(megatron_args(spec, setup), 4)
+    _, state, _ = memfit_parts(spec, setup)
+    assert state == pytest.approx(state_oracle, rel=1e-6)
+
+
+def test_vocabulary_padding_follows_megatron():
+    spec = load_model("llama-3.1-8b")       # 128256 = 1002 x 128 = 501 x 256, not a multiple of 1024
+    assert [megatron.padded_vocab(spec, tp) for tp in (1, 2, 8)] == [128256, 128256, 129024]
+
+
+def test_full_recompute_keeps_layer_inputs_and_one_layer():
+    spec = load_model("llama-3.1-8b")
+    base = dict(recipe="megatron", gpus=8, tp=2, pp=2, sequence_parallel=True, distributed_optimizer=True,
+                seq_len=8192, grad_accum=4)
+    full = estimate(spec, TrainingSetup(recompute="full", **base))
+    selective = estimate(spec, TrainingSetup(recompute="selective", **base))
+    tokens_hidden = 8192 * 4096
+    # 16 layers on the stage x 2 micro-batches in flight x 2 B x s b h / tp
+    assert full.component("checkpoints") == 16 * 2 * 2 * tokens_hidden // 2
+    assert full.component("recomputed layer") == selective.component("activations") // (16 * 2)
+    assert full.device_bytes < selective.device_bytes
+
+
+def test_pipeline_first_stage_holds_min_of_microbatches_and_stages():
+    spec = load_model("llama-3.1-8b")
+    act = {m: estimate(spec, TrainingSetup(recipe="megatron", gpus=8, pp=4, tp=2, sequence_parallel=True,
+                                           recompute="selective", grad_accum=m, seq_len=4096)).component("activations")
+           for m in (1, 2, 4, 16)}
+    assert act[2] == 2 * act[1] and act[4] == 4 * act[1] and act[16] == act[4]
+
+
+@pytest.mark.parametrize("changes,words", [
+    (dict(gpus=6, tp=3), "--tp 3 must divide the 32 attention heads"),
+    (dict(gpus=6, pp=3), "--pp 3 must divide the 32 layers"),
+    (dict(gpus=8, tp=2, pp=2, cp=4), "--tp x --pp x --cp = 16 must divide the 8 GPUs"),
+    (dict(gpus=8, ep=2), "has no experts to split"),
+    (dict(gpus=8, method="lora"), "megatron models full training"),
+    (dict(gpus=8, shard="zero3"), "not --shard zero3"),
+    (dict(gpus=8, pp=2, vpp=2), "--vpp (the interleaved schedule) needs --pp 3 or more"),
+    (dict(gpus=8, pp=4, vpp=3), "--pp x --vpp = 12 must divide the 32 layers"),
+])
+def test_bad_layouts_are_one_clear_error(changes, words):
+    spec = load_model("llama-3.1-8b")
+    with pytest.raises(InvalidSetupError) as err:
+        estimate(spec, TrainingSetup(recipe="megatron", **changes))
+    text = err.value.render(lambda n: "--" + n.replace("_", "-")) if hasattr(err.value, "render") else str(err.value)
+    assert words in text
+
+
+def test_megatron_options_need_the_megatron_recipe():
+    with pytest.raises(InvalidSetupError, match="Megatron layout option"):
+        TrainingSetup(recipe="trl", tp=2, gpus=2)
+
+
+def parse_megatron_words(words: list[str], world_size: int, vocab_size: int) -> argparse.Namespace:
+    """Read the arguments `memfit config --engine megatron` writes the way Megatron's parser reads them (flag
+    names are Megatron-LM's), then derive what Megatron derives: the data-parallel size and the padded vocabulary
+    (megatron/core/tokenizers/utils/build_tokenizer.py:133-138)."""
+    p = argparse.ArgumentParser()
+    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                 "--expert-model-parallel-size", "--recompute-num-layers", "--num-layers", "--hidden-size",
+                 "--ffn-hidden-size", "--num-attention-heads", "--kv-channels", "--num-query-groups",
+                 "--num-experts", "--moe-ffn-hidden-size", "--moe-router-topk", "--make-vocab-size-divisible-by",
+                 "--seq-length", "--max-position-embeddings", "--micro-batch-size", "--global-batch-size"):
+        p.add_argument(flag, type=int, default=None)
+    for flag in ("--recompute-granularity", "--recompute-method", "--normalization", "--position-embedding-type"):
+        p.add_argument(flag)
+    for flag in ("--sequence-parallel", "--use-distributed-optimizer", "--group-query-attention", "--swiglu",
+                 "--disable-bias-linear", "--add-qkv-bias", "--untie-embeddings-and-output-weights", "--bf16",
+                 "--fp16"):
+        p.add_argument(flag, action="store_true")
+    a = p.parse_args(words)
+    multiple = a.make_vocab_size_divisible_by * a.tensor_model_parallel_size
+    return argparse.Namespace(
+        **{k: v for k, v in vars(a).items() if k not in ("expert_model_parallel_size",)},
+        expert_model_parallel_size=a.expert_model_parallel_size or 1,
+        expert_tensor_parallel_size=a.tensor_model_parallel_size, world_size=world_size,
+        data_parallel_size=world_size // (a.tensor_model_parallel_size * a.pipeline_model_parallel_size
+                                          * a.context_parallel_size),
+        padded_vocab_size=-(-vocab_size // multiple) * multiple, add_bias_linear=not a.disable_bias_linear,
+        moe_layer_freq=1, moe_shared_expert_intermediate_size=None, mtp_num_layers=None,
+        multi_latent_attention=False, moe_latent_size=None, virtual_pipeline_model_parallel_size=None,
+        hybrid_layer_pattern=None)
+
+
+@pytest.mark.parametrize("model,gpus,tp,pp,cp,m", [("llama-3.1-8b", 8, 2, 2, 1, 4), ("llama-3.1-70b", 8, 8, 1, 1, 1)])
+def test_config_arguments_describe_the_estimated_layout(model, gpus, tp, pp, cp, m):
+    """The written arguments, read back as Megatron reads them, give Megatron's report the estimate's figures."""
+    from memfit.megatron_config import megatron_arguments
+
+    spec = load_model(model)
+    setup = TrainingSetup(recipe="megatron", gpus=gpus, tp=tp, pp=pp, cp=cp, sequence_parallel=True,
+                          recompute="selective", distributed_optimizer=True, seq_len=8192, grad_accum=m)
+    args = parse_megatron_words(megatron_arguments(spec, setup), setup.world_size, spec.vocab_size)
+    assert args.global_batch_size == m * megatron.layout(setup).dp
+    state_oracle, act_oracle = report(args, m)
+    _, state, activations = memfit_parts(spec, setup)
+    assert state == pytest.approx(state_oracle, rel=1e-6)
+    assert activations == pytest.approx(act_oracle, rel=1e-6)
+
+
+def test_config_command_writes_megatron_arguments(capsys):
+    from memfit.cli import main
+
+    assert main(["config", "llama-3.1-8b", "--engine", "megatron", "--gpus", "8", "--tp", "4", "--pp", "2",
+                 "--recompute", "full"]) == 0
+    out = capsys.readouterr().out
+    assert "--tensor-model-parallel-size 4" in out and "--pipeline-model-parallel-size 2" in out
+    assert "--recompute-granularity full" in out and "--recompute-num-layers 1" in out
+    assert main(["config", "llama-3.1-8b", "--engine", "megatron", "--gpus", "6", "--tp", "3"]) == 1
+    assert "--tp 3 must divide the 32 attention heads" in capsys.readouterr().err
