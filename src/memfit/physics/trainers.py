@@ -272,7 +272,8 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
                                       "fused head's tiles, whichever is larger")
         if t in REF_IN_STEP:
             # dpo_trainer.py:1318-1340: after the policy forward, before backward: its saved tensors are alive.
-            fwd = phases["forward (end)"]
+            # The policy's loss forward transients (its tiles) are gone; what it saved for backward stays.
+            fwd = dict(phases["forward (end)"], **{"logits and loss": parts["loss"].saved})
             phases["reference forward"] = {**fwd, "reference forward": ref_transient}
         else:
             # GRPO/RLOO: the reference log-probs are computed with the completions, before the training micro-steps.
