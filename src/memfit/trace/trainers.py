@@ -195,7 +195,8 @@ def trace_trainer(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progres
             built = build(spec, micro, stack)
             model = built.model
             base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            outputs = ("log_probs", "entropy", "mean_logits", "is_top1") if setup.trainer != "kto" else ("log_probs",)
+            # the fields each trainer asks of the fused head: dpo_trainer.py:957-960, kto_trainer.py:967-970
+            outputs = ("log_probs", "entropy", "mean_logits") + (("is_top1",) if setup.trainer != "kto" else ())
             trl_utils.add_fused_lm_head(base, outputs=outputs)
             ref = None
             if setup.ref_model == "copy":
