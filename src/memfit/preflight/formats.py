@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import InvalidSetupError
 from ..options import ALL_TARGETS, BY_NAME, normalize, parse_targets
+from .trainers import read_trainer_keys
 from .reader import (ATTENTION_NAMES, Reader, is_file, one_line, quant4, read_attention, read_deepspeed, read_fsdp,
                      read_precision, show)
 
@@ -155,6 +156,7 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
         r.problem("datasets", f"must be a list of datasets, got {show(ds)}")
     read_deepspeed(r, setup)
     read_fsdp(r, setup)
+    read_trainer_keys("axolotl", r, setup, defaults, keys)   # dpo/kto/grpo/... (preflight/trainers.py)
     return _mapped(r, model, setup, defaults, keys, dataset, dataset_key)
 
 
@@ -226,6 +228,7 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
     setup["precision"] = "bf16" if pure else read_precision(r, r.flag("bf16"), r.flag("fp16"))
     read_deepspeed(r, setup)
     dataset, dataset_key = _llamafactory_dataset(r)
+    read_trainer_keys("llamafactory", r, setup, defaults, keys)   # dpo/kto/grpo/... (preflight/trainers.py)
     return _mapped(r, model, setup, defaults, keys, dataset, dataset_key)
 
 
@@ -412,6 +415,7 @@ def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
     read_deepspeed(r, setup)
     read_fsdp(r, setup)
     dataset = r.text("dataset_name", what="a dataset name or path")
+    read_trainer_keys("trl", r, setup, defaults, keys)   # dpo/kto/grpo/... (preflight/trainers.py)
     return _mapped(r, model, setup, defaults, keys, dataset, "dataset_name" if dataset else None)
 
 

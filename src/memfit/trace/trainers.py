@@ -180,6 +180,9 @@ def trace_trainer(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progres
                                 "memory is accounted from the formula)")
     if setup.shard != "none":
         raise InvalidSetupError("memfit trace runs one GPU's step without sharding")
+    if setup.ref_model == "copy" and setup.method == "qlora":
+        raise InvalidSetupError("TRL loads the reference copy of a QLoRA run quantized; memfit trace builds 16-bit "
+                                "copies only: use `memfit estimate`, or ref_model adapter-off")
     micro = physics.micro_setup(setup)
     stack = resolve_stack(spec, micro)
     start = time.perf_counter()
