@@ -261,6 +261,9 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
     ref = setup.ref_model
     if ref == "copy":
         weights = static["weights"] + static["quant"]
+        if setup.shard in ("zero3", "fsdp", "hsdp"):
+            # dpo_trainer.py:984-990: the reference goes through prepare_deepspeed / prepare_fsdp: sharded alike
+            weights //= setup.shard_degree
         add_everywhere("reference model", weights, "a second copy of the frozen weights in the same dtype and "
                        "quantization (TRL create_model_from_path, dpo_trainer.py:916-927)")
     ref_layer = no_grad_layer_bytes(spec, sh.rows * sh.row_tokens, cb)
