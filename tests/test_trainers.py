@@ -38,6 +38,7 @@ def test_defaults_are_trls_config_defaults():
     assert TrainingSetup(trainer="dpo").seq_len == dpo["max_length"]
     assert TrainingSetup(trainer="kto", batch_size=2).seq_len == kto["max_length"]
     assert not dpo["precompute_ref_log_probs"]
+    assert TrainingSetup(trainer="dpo").grad_ckpt == dpo["gradient_checkpointing"]
 
 
 def test_reference_follows_trl_and_the_method():
@@ -78,8 +79,8 @@ def test_bad_combination_on_the_command_line_is_one_line(capsys):
 def test_concatenated_pair_is_an_sft_step_on_twice_the_rows():
     spec = small_llama()
     dpo = TrainingSetup(trainer="dpo", ref_model="precomputed", batch_size=2, seq_len=256, completion_len=255,
-                        loss="hf")
-    sft = TrainingSetup(batch_size=4, seq_len=256, loss="hf")
+                        loss="hf", grad_ckpt=False)
+    sft = TrainingSetup(batch_size=4, seq_len=256, loss="hf", grad_ckpt=False)
     a, b = estimate(spec, dpo), estimate(spec, sft)
     for name in ("activations", "logits and loss", "weights"):
         assert a.component(name) == b.component(name)

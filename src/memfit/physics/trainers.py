@@ -79,6 +79,10 @@ def resolve(given: dict, values: dict) -> None:
         for name in TRAINER_OPTIONS:
             values[name] = given.get(name)
         return
+    if values["recipe"] == "hf" and "grad_ckpt" not in given:
+        # These are TRL's trainers: trl 1.16.0 trainer/base_config.py:62-63 gradient_checkpointing=True (every
+        # TRL config inherits it, since v0.22.0, huggingface/trl#3510); the hf recipe's False is transformers'.
+        values["grad_ckpt"] = True
     if trainer in PREFERENCE and "seq_len" not in given:
         values["seq_len"] = PREFERENCE_MAX_LENGTH if "prompt_len" not in given or "completion_len" not in given \
             else given["prompt_len"] + given["completion_len"]

@@ -35,6 +35,9 @@ def setup_line(est: Estimate) -> str:
         parts.append(mark("train_layers", f"last {s.train_layers} layers"))
     if s.world_size > 1:
         parts.append(mark("shard", f"{s.shard} over {s.world_size} GPUs"))
+    if getattr(s, "trainer", "sft") != "sft":
+        parts.append(f"trainer {s.trainer} (reference {s.ref_model}"
+                     + (f", generation {s.generation}" if s.generation else "") + ")")
     parts.append(mark("recipe", f"recipe {s.recipe}"))
     return ", ".join(parts)
 
