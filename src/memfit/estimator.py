@@ -66,6 +66,12 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     if spec.is_rule_of_thumb:
         from .rule import estimate_rule
 
+        if setup.trainer != "sft":
+            from .errors import InvalidSetupError
+
+            raise InvalidSetupError(f"trainer {setup.trainer} needs the model's architecture (a bare size has "
+                                    "none): name a catalog model, a Hugging Face id or a config.json")
+
         return estimate_rule(spec, setup)
     if setup.recipe == "mlx":
         from .estimate_mlx import estimate_mlx

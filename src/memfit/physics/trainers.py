@@ -112,7 +112,7 @@ def resolve(given: dict, values: dict) -> None:
     if values["ref_model"] == "auto":
         values["ref_model"] = default_ref_model(trainer, values["method"])
     values["teacher"] = given.get("teacher")
-    if "loss" not in given and "chunked_ce" not in given:
+    if "loss" not in given and "chunked_ce" not in given and values["recipe"] != "mlx":
         # add_fused_lm_head is unconditional in DPO/KTO/GRPO/RLOO; TRL's experimental ORPO/CPO
         # (orpo_trainer.py:777-800 concatenated_forward) and GKD (gkd_trainer.py:326-349) take the model's full
         # logits and run cross_entropy / log_softmax on them in their dtype.
@@ -131,6 +131,9 @@ def problems(setup: TrainingSetup) -> list:
                                    f"{', '.join(trainers)})"))
     if p or t == "sft":
         return p
+    if setup.recipe == "mlx":
+        p.append(Problem("trainer", f"{{trainer}} {t} is modelled for TRL's PyTorch trainers; the mlx recipe "
+                                    "models mlx-lm's SFT step only"))
     if t in REFERENCE_FREE and setup.ref_model != "none":
         p.append(Problem("ref_model", f"{t} has no reference model: {{ref_model}} {setup.ref_model} does not apply "
                                       "(use none, or dpo for a reference)"))
