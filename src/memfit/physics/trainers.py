@@ -133,7 +133,7 @@ def problems(setup: TrainingSetup) -> list:
         return p
     if setup.recipe == "mlx":
         p.append(Problem("trainer", f"{{trainer}} {t} is modelled for TRL's PyTorch trainers; the mlx recipe "
-                                    "models mlx-lm's SFT step only"))
+                                    "models mlx-lm's SFT step only (give {recipe} trl or hf for a PyTorch run)"))
     if t in REFERENCE_FREE and setup.ref_model != "none":
         p.append(Problem("ref_model", f"{t} has no reference model: {{ref_model}} {setup.ref_model} does not apply "
                                       "(use none, or dpo for a reference)"))
@@ -353,6 +353,11 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
                     phases["generation"] = {**state, "vLLM reservation": reserve}
                 else:
                     add_everywhere("vLLM reservation", reserve, note)
+                need = spec.params * 2 + kv_cache_bytes(spec, sh.generated_rows, sh.row_tokens, 2)
+                if need > reserve:
+                    out.append(f"vLLM's share ({reserve / 2**30:.2f} GiB) is below its 16-bit weights + the KV cache "
+                               f"of {sh.generated_rows} full-length sequences ({need / 2**30:.2f} GiB): vLLM refuses "
+                               "to start without room for cache blocks, or generates fewer sequences at once")
                 out.append(f"vLLM co-located: {util:g} of the card" + (
                     ", sleep mode: the peak is the larger of training and generation" if setup.vllm_sleep else
                     ", held through training (no sleep mode)"))
