@@ -32,6 +32,10 @@ def _value(option):
         return st.sampled_from([0.0, 0.05, 0.1])
     if option.name in ("gpus", "nodes"):
         return st.sampled_from([1, 2, 4])
+    if option.kind == "text":
+        return st.sampled_from(["llama-3.2-1b", "qwen2.5-0.5b"])      # GKD's teacher
+    if option.name == "vllm_gpu_util":
+        return st.sampled_from([0.2, 0.5])
     if option.name == "lora_rank":
         return st.sampled_from([4, 8, 16, 64])
     return st.integers(min_value=1, max_value=8)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Mapping
 
+from .advice_trainers import COSTS as TRAINER_COSTS
+from .advice_trainers import trainer_levers
 from .errors import MemfitError
 from .estimator import Estimate, estimate
 from .hardware import Hardware
@@ -53,6 +55,7 @@ COSTS = {
                         "reboot): macOS and open apps keep only the rest, and the system may page or freeze; only "
                         "because nothing else fits"),
 }
+COSTS.update(TRAINER_COSTS)     # preference and RL levers (advice_trainers.py)
 # On MLX a quantized base is a converted model, not a load-time option.
 from .scale_advice import COSTS as _SCALE_COSTS, WORDS as _SCALE_WORDS  # noqa: E402
 
@@ -190,7 +193,7 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[t
                                                                 spec.num_layers) // 2))))
     if setup.method == "full":
         out.append(("lora", "LoRA", lambda s: _switch_method(s, "lora")))
-    return out + scale_advice.levers(spec, setup, hardware)
+    return out + scale_advice.levers(spec, setup, hardware) + trainer_levers(spec, setup, hardware)
 
 
 def _switch_method(setup: TrainingSetup, method: str) -> TrainingSetup:

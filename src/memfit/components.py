@@ -53,6 +53,26 @@ KINDS: tuple[Kind, ...] = (
          "all-gather)", None),
     Kind("communication buffers", "allocated", "DDP gradient buckets, ZeRO reduce buckets, or one layer's "
          "unsharded gradient for reduce-scatter", None),
+    Kind("context-parallel buffers", "allocated", "with --cp: attention's K/V (ring) or all-to-all (Ulysses) "
+         "buffers across the GPUs of one sequence", None),
+    Kind("activation temporaries", "allocated", "Megatron: the 5% its theoretical memory report adds for "
+         "optimizer and miscellaneous temporaries", None),
+    Kind("reference model", "allocated", "preference/RL trainers: a second copy of the frozen weights (TRL's "
+         "ref_model when the reference is not the adapter switched off)", "reference model"),
+    Kind("reference forward", "allocated", "the reference's no-grad forward: one layer's working set and its "
+         "log-probs", "activations"),
+    Kind("reward model", "allocated", "PPO: the frozen reward model's weights", None),
+    Kind("value model", "allocated", "PPO: the value model trained with the policy (weights, adapter, gradients, "
+         "optimizer state)", None),
+    Kind("teacher model", "allocated", "GKD: the teacher's weights in its checkpoint dtype", None),
+    Kind("teacher logits and JSD", "allocated", "GKD: the teacher's logits and the generalized JSD loss on full "
+         "logits", None),
+    Kind("generation KV cache", "allocated", "online RL / GKD with HF generate: K and V of every layer for the "
+         "prompts and completions", None),
+    Kind("generation prefill", "allocated", "HF generate's no-grad working set over the prompts at the prefill",
+         None),
+    Kind("vLLM reservation", "allocated", "vLLM co-located on the training GPU: vllm_gpu_memory_utilization of the "
+         "card (released in sleep mode while the trainer runs)", None),
     Kind("cuBLAS workspace", "allocated", "cuBLAS/cuBLASLt workspaces, which torch's allocator hands out",
          "cuBLAS workspace"),
     Kind("allocator slack", "reserved", "reserved − allocated (rounding, fragmentation)", None),

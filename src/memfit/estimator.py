@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import context_parallel as cp
-from .physics import quantized_base, sharding, states
+from .physics import quantized_base, sharding, states, trainers
 from .physics.compile import ASSUMPTION as COMPILE_ASSUMPTION
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
@@ -68,6 +68,12 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     if spec.is_rule_of_thumb:
         from .rule import estimate_rule
 
+        if setup.trainer != "sft":
+            from .errors import InvalidSetupError
+
+            raise InvalidSetupError(f"trainer {setup.trainer} needs the model's architecture (a bare size has "
+                                    "none): name a catalog model, a Hugging Face id or a config.json")
+
         return estimate_rule(spec, setup)
     if setup.recipe == "mlx":
         from .estimate_mlx import estimate_mlx
@@ -79,14 +85,21 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         return estimate_megatron(spec, setup)
     cp.check_model(spec, setup)
     spec = _as_built_by(spec, setup)
-    static = _static_parts(spec, setup)
-    parts = _token_parts(spec, setup, static)
-    phases = _phases(spec, setup, static["stack"], parts)
+    micro = trainers.micro_setup(setup)     # the policy's training micro-step (setup itself for SFT)
+    static = _static_parts(spec, micro)
+    parts = _token_parts(spec, micro, static)
+    extra_notes, extra_assumptions = {}, ()
+    if setup.trainer != "sft":
+        parts["loss"] = loss_memory(spec, micro, static["stack"], tokens=trainers.shape(setup).scored_tokens)
+    phases = _phases(spec, micro, static["stack"], parts)
+    if setup.trainer != "sft":
+        phases, extra_notes, extra_assumptions = trainers.trainer_phases(
+            spec, setup, micro, static, parts, phases, setup.card_bytes, _teacher(setup))
     totals = {name: sum(parts_.values()) for name, parts_ in phases.items()}
     peak_phase = max(totals, key=totals.__getitem__)
     peak_parts, allocated = phases[peak_phase], totals[peak_phase]
     over = overheads(allocated)
-    notes = static["notes"]
+    notes = {**static["notes"], **extra_notes}
     components = [Component(name, nbytes, "allocated", notes.get(name, ""))
                   for name, nbytes in peak_parts.items() if nbytes > 0]
     components.append(Component("allocator slack", over.reserved_slack, "reserved",
@@ -107,10 +120,20 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         peak_phase=peak_phase, phases=tuple(totals.items()),
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
         range_low_bytes=low, range_high_bytes=high,
-        paged_bytes=static["sharded"]["paged"], download_bytes=static["download"], assumptions=static["assumptions"],
+        paged_bytes=static["sharded"]["paged"], download_bytes=static["download"],
+        assumptions=tuple(extra_assumptions) + static["assumptions"],
         extra={"expected_error": band} if band else {},
         host_bytes=static["sharded"]["host"] + parts["offload_host"] * setup.gpus,   # offloaded activations: per GPU
     )
+
+
+def _teacher(setup: TrainingSetup) -> ModelSpec | None:
+    """GKD's teacher, resolved as any model reference is (catalog, config.json, HF cache)."""
+    if not setup.teacher:
+        return None
+    from .sources import load_model
+
+    return load_model(setup.teacher)
 
 
 def _as_built_by(spec: ModelSpec, setup: TrainingSetup) -> ModelSpec:

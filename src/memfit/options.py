@@ -57,6 +57,22 @@ LOSSES = {
     "trl-chunked-nll": "TRL 1.7-1.14 loss_type chunked_nll (256-token chunks, transient fp32 copy of lm_head)",
     "trl-fused-head": "TRL >= 1.15 fused LM head (4096 x 32768 logit tiles, fp32 gradient accumulators)",
 }
+# The trainers memfit prices (physics/trainers.py has each one's extra memory and its source in TRL 1.16.0).
+TRAINERS = {
+    "sft": "supervised fine-tuning (one forward and backward of the batch)",
+    "dpo": "DPO: chosen and rejected as one concatenated batch, plus a reference model's log-probs",
+    "ipo": "IPO (DPO with loss_type ipo): the same memory as DPO",
+    "orpo": "ORPO: concatenated chosen and rejected, no reference model",
+    "simpo": "SimPO (CPO with loss_type simpo): concatenated pair, no reference model",
+    "cpo": "CPO: concatenated pair, no reference model",
+    "kto": "KTO: unpaired rows, a no-grad KL pass on mismatched completions, plus a reference model",
+    "grpo": "GRPO: num_generations completions per prompt, generation memory, completion-only log-probs",
+    "rloo": "RLOO: as GRPO, with a reference model (beta 0.05)",
+    "ppo": "PPO: policy, reference, reward and value models, generation memory",
+    "gkd": "GKD: a teacher's weights and logits, on-policy student generation, full logits for the JSD loss",
+}
+REF_MODELS = ("auto", "adapter-off", "precomputed", "copy", "none")
+GENERATIONS = ("hf", "vllm-colocate", "vllm-server")
 RECIPE_NAMES = ("hf", "trl", "trl-1.14", "trl-0.21", "torchtune", "litgpt", "unsloth", "axolotl", "llamafactory",
                 "ms-swift", "pytorch", "mlx", "megatron")
 RECOMPUTE = ("none", "selective", "full")   # Megatron --recompute-granularity (none: the flag not given)
@@ -193,6 +209,27 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            choices=RECOMPUTE),
     Option("distributed_optimizer", "bool", "Megatron distributed optimizer: fp32 master weights and Adam state "
            "sharded over the data- and context-parallel GPUs", default=False),
+    # Preference and RL trainers (physics/trainers.py; the trainers each applies to: trainers.TRAINER_OPTIONS).
+    Option("trainer", "choice", "what one step trains: SFT, a preference loss, online RL or distillation",
+           default="sft", choices=tuple(TRAINERS)),
+    Option("ref_model", "choice", "the reference model: auto (TRL's choice: adapter-off with LoRA, a copy for full "
+           "fine-tuning), the adapter disabled, precomputed log-probs, a second copy of the weights, or none",
+           default="auto", choices=REF_MODELS, tool_keys=_keys(trl="precompute_ref_log_probs")),
+    Option("prompt_len", "int", "prompt tokens per row (the rest of the row is the completion)", unit="tokens",
+           minimum=1, maximum=MAX_SEQ_LEN),
+    Option("completion_len", "int", "completion tokens per row (GRPO/RLOO max_completion_length, GKD "
+           "max_new_tokens)", unit="tokens", minimum=1, maximum=MAX_SEQ_LEN,
+           tool_keys=_keys(trl="max_completion_length")),
+    Option("num_generations", "int", "completions sampled per prompt (GRPO, RLOO)", minimum=1, maximum=MAX_BATCH,
+           tool_keys=_keys(trl="num_generations")),
+    Option("generation", "choice", "how completions are generated: HF generate, vLLM on the training GPU, or a vLLM "
+           "server on other GPUs", choices=GENERATIONS, tool_keys=_keys(trl="vllm_mode")),
+    Option("vllm_gpu_util", "float", "the fraction of the card vLLM co-located on it reserves", minimum=0.0,
+           maximum=1.0, below_maximum=True, tool_keys=_keys(trl="vllm_gpu_memory_utilization")),
+    Option("vllm_sleep", "bool", "vLLM sleep mode: its weights and KV cache are released while the trainer runs",
+           tool_keys=_keys(trl="vllm_enable_sleep_mode")),
+    Option("teacher", "text", "the teacher model of GKD (a catalog name, Hugging Face id or config.json)",
+           tool_keys=_keys(trl="teacher_model_name_or_path")),
 )
 
 REQUEST_OPTIONS: tuple[Option, ...] = (

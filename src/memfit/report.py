@@ -139,6 +139,8 @@ def resolve_setup(request: Request, dataset=None, hardware: Hardware | None = No
         from .dataset import suggested_length
 
         values["seq_len"] = suggested_length(dataset)   # no length given: the dataset's p99, rounded up to 64
+    if hardware is not None and values.get("generation") == "vllm-colocate":
+        values["card_bytes"] = hardware.capacity_bytes     # vLLM reserves a fraction of the whole card
     return TrainingSetup(**values)
 
 

@@ -37,10 +37,13 @@ def max_int(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, field: st
     if step < 1 or step > top:
         raise InvalidSetupError(f"step {step} must be between 1 and {top}")
     at = lambda n: setup.replace(**{field: n * step})  # noqa: E731
-    ok, dev = _fits(spec, at(1), hardware)
+    first = _first_valid(at, top // step)      # a row must hold a trainer's completion (physics/trainers.py)
+    if first is None:
+        return MaxResult(field, None, None, None, hardware.usable_bytes)
+    ok, dev = _fits(spec, at(first), hardware)
     if not ok:
         return MaxResult(field, None, None, dev, hardware.usable_bytes)
-    lo, hi = 1, 2
+    lo, hi = first, 2 * first
     while hi * step <= top and _fits(spec, at(hi), hardware)[0]:
         lo, hi = hi, hi * 2
     hi = min(hi, top // step + 1)
@@ -53,6 +56,26 @@ def max_int(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, field: st
     _, device = _fits(spec, at(lo), hardware)
     above = estimate(spec, at(lo + 1)).device_bytes if (lo + 1) * step <= top else None
     return MaxResult(field, lo * step, device, above, hardware.usable_bytes)
+
+
+def _first_valid(at, last: int) -> int | None:
+    """The smallest n whose setup is valid (validity only ever grows with length or batch), or None."""
+    def valid(n: int) -> bool:
+        try:
+            at(n)
+            return True
+        except InvalidSetupError:
+            return False
+
+    if valid(1):
+        return 1
+    if not valid(last):
+        return None
+    lo, hi = 1, last                 # lo invalid, hi valid
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if valid(mid) else (mid, hi)
+    return hi
 
 
 def biggest_model(setup: TrainingSetup, hardware: Hardware, family: str | None = None) -> MaxResult:

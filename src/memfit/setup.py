@@ -20,6 +20,7 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       normalize)
 from .options import parse_targets as _parse_targets
 from .recipes import CHUNKED_LOSSES, RECIPES
+from .physics import trainers as _trainers
 
 _SHARDED = ("zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 
@@ -64,6 +65,18 @@ class TrainingSetup:
     sequence_parallel: bool | None = None
     recompute: str | None = None                # Megatron recompute granularity: none | selective | full
     distributed_optimizer: bool | None = None
+    # Preference and RL trainers (physics/trainers.py resolves their TRL defaults).
+    trainer: str | None = None                  # sft | dpo | ... (options.TRAINERS)
+    ref_model: str | None = None                # auto resolves to adapter-off | precomputed | copy | none
+    prompt_len: int | None = None               # tokens of the prompt in a row (seq_len = prompt + completion)
+    completion_len: int | None = None
+    num_generations: int | None = None          # GRPO/RLOO completions per prompt
+    generation: str | None = None               # hf | vllm-colocate | vllm-server
+    vllm_gpu_util: float | None = None          # vLLM gpu_memory_utilization (a fraction of the card)
+    vllm_sleep: bool | None = None
+    teacher: str | None = None                  # GKD's teacher model reference
+    # The card's total memory, set from the hardware (report.py): vLLM co-located reserves a fraction of it.
+    card_bytes: int | None = field(default=None, repr=False)
     # The fields the caller set (everything else is the recipe's). Not part of equality: two setups that
     # resolve to the same values are the same run.
     explicit: frozenset = field(default=frozenset(), init=False, compare=False, repr=False)
@@ -87,7 +100,8 @@ class TrainingSetup:
         for name in SETUP_FIELDS:
             if name in given:
                 values[name] = given[name]
-            elif name not in ("autocast", "ckpt_offload", "ckpt_reentrant", "shard", "loss", "chunked_ce"):
+            elif name not in ("autocast", "ckpt_offload", "ckpt_reentrant", "shard", "loss", "chunked_ce") + \
+                    _trainers.TRAINER_OPTIONS_KEYS:
                 values[name] = recipe.default(name, method)
                 if values[name] is None:
                     values[name] = BY_NAME[name].default
@@ -100,10 +114,11 @@ class TrainingSetup:
             values["ckpt_offload"] = (recipe.ckpt_offload or values["activation_offload"]) and values["grad_ckpt"]
         if "ckpt_reentrant" not in given:
             values["ckpt_reentrant"] = bool(recipe.default("ckpt_reentrant", method)) and values["grad_ckpt"]
+        _trainers.resolve(given, values)     # the trainer's TRL defaults (seq_len, loss, generation, reference)
         # One fact, two spellings: `loss` names the kernel; `chunked_ce` says whether it is one of the chunked ones.
         # An explicit loss wins; else an explicit chunked_ce picks the recipe's chunked or plain loss; else the
         # recipe's default. (problems() refuses an explicit pair that disagrees.)
-        if "loss" not in given:
+        if "loss" not in given and "loss" not in values:
             values["loss"] = recipe.loss_for(given["chunked_ce"]) if "chunked_ce" in given else \
                 recipe.default("loss", method)
         values["chunked_ce"] = given.get("chunked_ce", values["loss"] in CHUNKED_LOSSES)
@@ -186,6 +201,7 @@ class TrainingSetup:
         if self.optimizer not in get_optimizers(self.recipe):
             p.append(Problem("optimizer", f"{{optimizer}} {self.optimizer} is not one the {self.recipe} recipe can "
                                           f"use ({', '.join(get_optimizers(self.recipe))})"))
+        p += _trainers.problems(self)
         return p
 
     def replace(self, **changes) -> "TrainingSetup":
@@ -193,6 +209,7 @@ class TrainingSetup:
         are resolved again, so they follow the recipe for the new method."""
         values = {name: getattr(self, name) for name in self.explicit}   # the recipe too, when it was set
         values.update(changes)
+        values.setdefault("card_bytes", self.card_bytes)
         return TrainingSetup(**values)
 
     def with_method(self, method: str) -> "TrainingSetup":

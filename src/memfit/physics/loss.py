@@ -67,8 +67,12 @@ def unsloth_chunk_tokens(tokens: int, vocab: int) -> int:
     return min(tokens, max(2, UNSLOTH_CHUNK_BYTES // (vocab * UNSLOTH_BYTES_PER_LOGIT)))
 
 
-def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> LossMemory:
+def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack, tokens: int | None = None) -> LossMemory:
+    """`tokens`: the labelled positions a fused head projects (preference/RL trainers score only completions);
+    by default every token of the batch."""
     T, V, H = setup.batch_size * setup.seq_len, spec.vocab_size, spec.hidden_size
+    if tokens is not None and stack.loss_kind == "trl-fused-head":
+        T = tokens
     TV = T * V
     logit = stack.logits_bytes
     softcap = logit * TV if spec.final_logit_softcap else 0   # Gemma 2: tanh(logits / cap) saves its output

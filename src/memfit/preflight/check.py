@@ -92,6 +92,8 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
     if mapped.setup.get("shard") or mapped.setup.get("cp", 1) > 1:      # a layout over GPUs
         mapped.setup["gpus"] = gpus or 1
         mapped.defaults.append(f"{gpus or 1} GPU(s) per node (the launcher sets it; --gpus to change)")
+    if hardware is not None and mapped.setup.get("generation") == "vllm-colocate":
+        mapped.setup["card_bytes"] = hardware.capacity_bytes   # vLLM reserves a fraction of the whole card
     try:
         setup = TrainingSetup.from_recipe(mapped.setup.pop("recipe", "hf"), **mapped.setup)
     except InvalidSetupError as exc:

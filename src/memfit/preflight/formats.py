@@ -22,6 +22,7 @@ from pathlib import Path
 from ..errors import InvalidSetupError
 from ..options import ALL_TARGETS, BY_NAME, SETUP_OPTIONS, normalize, parse_targets
 from .long_context import read_long_context
+from .trainers import read_trainer_keys
 from .reader import (ATTENTION_NAMES, Reader, is_file, one_line, quant4, read_attention, read_deepspeed, read_fsdp,
                      read_precision, show)
 
@@ -162,6 +163,7 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
     read_deepspeed(r, setup)
     read_fsdp(r, setup)
     read_long_context(r, setup, keys)
+    read_trainer_keys("axolotl", r, setup, defaults, keys)   # dpo/kto/grpo/... (preflight/trainers.py)
     return _mapped(r, model, setup, defaults, keys, dataset, dataset_key)
 
 
@@ -229,6 +231,7 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
     setup["precision"] = "bf16" if pure else read_precision(r, r.flag("bf16"), r.flag("fp16"))
     read_deepspeed(r, setup)
     dataset, dataset_key = _llamafactory_dataset(r)
+    read_trainer_keys("llamafactory", r, setup, defaults, keys)   # dpo/kto/grpo/... (preflight/trainers.py)
     return _mapped(r, model, setup, defaults, keys, dataset, dataset_key)
 
 
@@ -408,6 +411,7 @@ def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
     read_fsdp(r, setup)
     read_long_context(r, setup, keys)
     dataset = r.text("dataset_name", what="a dataset name or path")
+    read_trainer_keys("trl", r, setup, defaults, keys)   # dpo/kto/grpo/... (preflight/trainers.py)
     return _mapped(r, model, setup, defaults, keys, dataset, "dataset_name" if dataset else None)
 
 

@@ -40,6 +40,9 @@ def setup_line(est: Estimate) -> str:
                      else f"context parallel {s.cp}")
     if s.activation_offload:
         parts.append("activation offload")
+    if getattr(s, "trainer", "sft") != "sft":
+        parts.append(f"trainer {s.trainer} (reference {s.ref_model}"
+                     + (f", generation {s.generation}" if s.generation else "") + ")")
     parts.append(mark("recipe", f"recipe {s.recipe}"))
     return ", ".join(parts)
 

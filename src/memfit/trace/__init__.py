@@ -28,6 +28,10 @@ def require_trace_extra() -> None:
 def trace(spec, setup, steps: int = 2, progress: bool = False):
     """Trace `steps` optimizer steps and return the peak as an Estimate (kind='trace')."""
     require_trace_extra()
+    if getattr(setup, "trainer", "sft") != "sft":
+        from .trainers import trace_trainer     # TRL's own preference losses (needs trl)
+
+        return trace_trainer(spec, setup, steps=steps, progress=progress)
     from .measure import trace_fake
 
     return trace_fake(spec, setup, steps=steps, progress=progress)

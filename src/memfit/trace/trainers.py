@@ -1,0 +1,291 @@
+"""Trace a preference trainer's real step: TRL 1.16's own loss computation on the real model, on fake tensors.
+
+`trace_trainer` builds the policy as the SFT trace does (transformers + PEFT, checkpointing), patches it with TRL's
+fused LM head (``add_fused_lm_head``, as DPOTrainer/KTOTrainer do in ``__init__``), builds the reference model
+when it is a separate copy, and runs ``DPOTrainer._compute_loss`` / ``KTOTrainer._compute_loss`` themselves (on
+a trainer object whose attributes are the TRL config's defaults; nothing of the trainer's loss is rewritten), then
+backward and the optimizer step, under the same live-storage tracker.
+
+What a CPU with fake tensors cannot do as CUDA does, and how the trace does it instead (listed as deviations):
+- TRL projects only the labelled positions on Triton devices (trainer/utils.py:1642 ``compact``); the trace takes
+  that path. Boolean-mask indexing has a data-dependent size on fake tensors, so the batch's masks (prompt and
+  completion layout, preference labels) are real tensors and ``x[mask]`` is indexed with their real positions.
+- ``.item()`` on a fake tensor (metrics only: entropy, rewards, accuracies) returns 0; it sizes nothing.
+Generation cannot run on fake tensors (its length is data-dependent): the online trainers are not traced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import time
+from collections import defaultdict
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_map_only
+
+from ..errors import InvalidSetupError, SourceError
+from ..estimator import Component, Estimate
+from ..params import count_params
+from ..physics import states
+from ..physics import trainers as physics
+from ..physics.overhead import CUBLAS_WORKSPACE_BYTES, overheads
+from ..physics.stack import resolve_stack
+from ..setup import TrainingSetup
+from ..spec import ModelSpec
+
+TRACED = ("dpo", "ipo", "kto")
+DEVIATIONS = (
+    "TRL's Triton folds (in place on CUDA) and fp32-out GEMMs replaced by in-place no-ops: the CPU fallbacks' fp32 "
+    "tile copies do not exist on CUDA",
+    "TRL's fused LM head scores only the labelled positions as on CUDA (trl/trainer/utils.py:1642 compact path); "
+    "the batch's masks are real tensors so x[mask] has its real size on fake tensors",
+    ".item() of a fake tensor (TRL's metrics) reads 0; it sizes nothing",
+)
+
+
+class _RealMasks(TorchDispatchMode):
+    """Keeps ops on real tensors only (the batch's ids and masks) real, so their values are known; indexes fake
+    tensors with a real boolean mask through the mask's real positions; answers .item() of a fake with 0."""
+
+    def __init__(self, tracker):
+        super().__init__()
+        self.tracker = tracker
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        flat, _ = tree_flatten((args, kwargs))
+        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        fake = any(isinstance(a, FakeTensor) for a in tensors)
+        if tensors and not fake:
+            with _disable_current_modes():
+                out = func(*args, **kwargs)
+            tree_map_only(torch.Tensor, lambda t: self.tracker.add(t, "inputs"), out)
+            return out
+        if func is torch.ops.aten._local_scalar_dense.default:
+            return False if args[0].dtype == torch.bool else (0.0 if args[0].is_floating_point() else 0)
+        if func is torch.ops.aten.index.Tensor:
+            indices = list(args[1])
+            if any(isinstance(i, torch.Tensor) and not isinstance(i, FakeTensor) and i.dtype == torch.bool
+                   for i in indices):
+                expanded = []
+                for i in indices:
+                    if isinstance(i, torch.Tensor) and i.dtype == torch.bool and not isinstance(i, FakeTensor):
+                        with _disable_current_modes():
+                            expanded += list(i.nonzero(as_tuple=True))
+                    else:
+                        expanded.append(i)
+                return func(args[0], expanded)
+        return func(*args, **kwargs)
+
+
+def _cuda_like_fused_head(kernels) -> None:
+    """TRL's fused head as it runs on CUDA: its Triton kernels fold each [tokens, vocab] tile into the running
+    statistics (forward) or into the logits gradient (backward) in place, and the fp32 gradient GEMMs accumulate with
+    addmm(out_dtype=float32, out=acc) (trl/kernels/chunked_logprob.py:52-63, 79-200). The CPU fallbacks
+    (_forward_tile, _backward_tile, acc.addmm_(a.float(), b.float())) make fp32 copies of every tile and weight chunk
+    that a CUDA run never allocates. On fake tensors only allocations matter, so the folds write in place: nothing."""
+    def fold_in_place(*args, **kwargs):
+        return None
+
+    def addmm_out_fp32(acc, a, b):
+        return None      # cuBLAS writes the product into `acc`: no allocation
+
+    kernels._forward_tile = fold_in_place
+    kernels._backward_tile = fold_in_place
+    kernels._addmm_fp32 = addmm_out_fp32
+
+
+def _stub_trainer(trainer: str, model, ref_model, precomputed: bool):
+    """A TRL trainer object with the attributes `_compute_loss` reads, set to the TRL config's defaults."""
+    from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer
+
+    cls, config = (KTOTrainer, KTOConfig) if trainer == "kto" else (DPOTrainer, DPOConfig)
+    defaults = {name: f.default for name, f in config.__dataclass_fields__.items()
+                if not callable(f.default_factory)}
+    obj = cls.__new__(cls)
+
+    class _Accelerator:
+        device = torch.device("cpu")
+
+        @staticmethod
+        def unwrap_model(m):
+            return m
+
+        @staticmethod
+        def gather_for_metrics(t):
+            return t
+
+        gather = gather_for_metrics
+
+    class _Args:
+        gradient_checkpointing_kwargs = None
+
+    attrs = dict(model=model, ref_model=ref_model, accelerator=_Accelerator(), args=_Args(), aux_loss_enabled=False,
+                 precompute_ref_logps=precomputed, beta=defaults["beta"], _metrics=defaultdict(lambda: defaultdict(list)),
+                 _total_train_tokens=0, _tp_size=1, router_aux_loss_coef=0.0)
+    if trainer == "kto":
+        # kto_trainer.py:815 calculate_kl unless loss_type apo_zero_unpaired
+        attrs.update(loss_type=defaults["loss_type"], calculate_KL=defaults["loss_type"] != "apo_zero_unpaired",
+                     desirable_weight=defaults["desirable_weight"], undesirable_weight=defaults["undesirable_weight"])
+    else:
+        # dpo_config.py loss_type default ["sigmoid"]; IPO is loss_type ["ipo"]
+        attrs.update(loss_types=["ipo" if trainer == "ipo" else "sigmoid"], loss_weights=[1.0],
+                     f_divergence_type=defaults["f_divergence_type"],
+                     f_alpha_divergence_coef=defaults["f_alpha_divergence_coef"],
+                     label_smoothing=defaults["label_smoothing"], ld_alpha=defaults["ld_alpha"],
+                     use_weighting=defaults["use_weighting"])
+    for name, value in attrs.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def _batch(spec: ModelSpec, setup: TrainingSetup) -> dict:
+    """The collated batch, real tensors (built outside the fake mode): prompt then completion in each row."""
+    sh = physics.shape(setup)
+    rows, s = sh.rows, sh.row_tokens
+    prompt = s - min(setup.completion_len or s - 1, s - 1)
+    ids = torch.randint(0, spec.vocab_size, (rows, s))
+    completion = torch.zeros(rows, s, dtype=torch.long)
+    completion[:, prompt:] = 1
+    batch = {"input_ids": ids, "attention_mask": torch.ones(rows, s, dtype=torch.long), "completion_mask": completion}
+    if setup.trainer == "kto":
+        batch["label"] = torch.arange(rows) % 2 == 0           # chosen and rejected rows alternate
+        batch["KL_input_ids"] = ids.roll(1, 0)
+        batch["KL_attention_mask"] = batch["attention_mask"]
+        batch["KL_completion_mask"] = completion
+        if setup.ref_model == "precomputed":
+            batch["ref_logps"] = torch.zeros(rows)
+            batch["ref_KL_logps"] = torch.zeros(rows)
+    elif setup.ref_model == "precomputed":
+        batch["ref_chosen_logps"] = torch.zeros(rows // 2)
+        batch["ref_rejected_logps"] = torch.zeros(rows // 2)
+    return batch
+
+
+def trace_trainer(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progress: bool = False) -> Estimate:
+    from trl.trainer import utils as trl_utils
+
+    from .build import build
+    from .measure import _quiet
+    from .step import cuda_like_kernels, install_hooks, make_optimizer, materialize, track_weights
+    from .tracker import PeakTracker
+
+    if setup.trainer not in TRACED:
+        raise InvalidSetupError(f"memfit trace runs {', '.join(TRACED)} and SFT steps; {setup.trainer} generates its "
+                                "completions, which fake tensors cannot do: use `memfit estimate` (its generation "
+                                "memory is accounted from the formula)")
+    if setup.shard != "none":
+        raise InvalidSetupError("memfit trace runs one GPU's step without sharding")
+    if setup.ref_model == "copy" and setup.method == "qlora":
+        raise InvalidSetupError("TRL loads the reference copy of a QLoRA run quantized; memfit trace builds 16-bit "
+                                "copies only: use `memfit estimate`, or ref_model adapter-off")
+    micro = physics.micro_setup(setup)
+    stack = resolve_stack(spec, micro)
+    start = time.perf_counter()
+    tracker = PeakTracker()
+    for name in ("reference model",):
+        tracker.totals[name] = 0
+    from trl.kernels import chunked_logprob as kernels
+
+    original_compact = trl_utils._use_triton
+    originals = {name: getattr(kernels, name) for name in ("_forward_tile", "_backward_tile", "_addmm_fp32")}
+    try:
+        with _quiet():
+            built = build(spec, micro, stack)
+            model = built.model
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            # the fields each trainer asks of the fused head: dpo_trainer.py:957-960, kto_trainer.py:967-970
+            outputs = ("log_probs", "entropy", "mean_logits") + (("is_top1",) if setup.trainer != "kto" else ())
+            trl_utils.add_fused_lm_head(base, outputs=outputs)
+            ref = None
+            if setup.ref_model == "copy":
+                frozen = micro.with_method("full").replace(grad_ckpt=False)
+                ref_built = build(spec, frozen, resolve_stack(spec, frozen))
+                ref = ref_built.model
+                ref.eval()
+                for p in ref.parameters():
+                    p.requires_grad_(False)
+                trl_utils.add_fused_lm_head(ref)
+            trl_utils._use_triton = lambda device: True      # the CUDA run's compaction decision
+            _cuda_like_fused_head(kernels)
+            _run(spec, setup, micro, stack, built, ref, tracker, steps, materialize, track_weights, install_hooks,
+                 make_optimizer, cuda_like_kernels)
+    except (SourceError, InvalidSetupError):
+        raise
+    except Exception as exc:
+        raise SourceError(f"cannot trace {setup.trainer} on {spec.name}: {type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:200]}; `memfit estimate` gives the analytic estimate") from None
+    finally:
+        trl_utils._use_triton = original_compact
+        for name, fn in originals.items():
+            setattr(kernels, name, fn)
+    wall = time.perf_counter() - start
+    totals = {k: v for k, v in tracker.peak_totals.items() if k != "inputs"}
+    totals["weights"] += tracker.peak_totals.get("inputs", 0)
+    components = [Component(name, nbytes, "allocated", "traced") for name, nbytes in totals.items() if nbytes]
+    components.append(Component("cuBLAS workspace", CUBLAS_WORKSPACE_BYTES, "allocated", "accounted"))
+    allocated = sum(c.bytes for c in components)
+    over = overheads(allocated)
+    components += [Component("allocator slack", over.reserved_slack, "reserved", "accounted"),
+                   Component("CUDA context", over.cuda_context, "device", "accounted")]
+    reserved = allocated + over.reserved_slack
+    _, paged, _ = states.optimizer_state_bytes(spec, micro, stack)
+    from .measure import DEVIATIONS as STEP_DEVIATIONS
+
+    return Estimate(
+        model_name=spec.name, params=spec.params, trainable_params=states.trainable_params(spec, stack),
+        model_source=spec.source, setup=setup, precision=stack.precision, components=tuple(components),
+        peak_phase=tracker.peak_where, phases=((tracker.peak_where, allocated),), peak_allocated_bytes=allocated,
+        peak_reserved_bytes=reserved, device_bytes=reserved + over.cuda_context, range_low_bytes=allocated,
+        range_high_bytes=over.range_high, paged_bytes=paged, download_bytes=count_params(spec).total * 2,
+        assumptions=tuple(built.notes) + DEVIATIONS + STEP_DEVIATIONS, kind="trace",
+        extra={"traced": f"TRL 1.16 {setup.trainer} loss (_compute_loss), backward and optimizer steps, {steps} steps",
+               "wall_s": round(wall, 2),
+               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024},
+    )
+
+
+def _run(spec, setup, micro, stack, built, ref, tracker, steps, materialize, track_weights, install_hooks,
+         make_optimizer, cuda_like_kernels) -> None:
+    model = built.model
+    fake = materialize(built, fake=True)
+    track_weights(model, built, micro, tracker)
+    if ref is not None:
+        with fake:        # the same fake mode: tensors of two modes cannot meet
+            ref.to_empty(device="cpu")
+            if getattr(ref.config, "tie_word_embeddings", False):
+                ref.tie_weights()
+        for p in ref.parameters():
+            tracker.add(p, "reference model")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for p in trainable:
+        p.register_post_accumulate_grad_hook(lambda p: tracker.retag(p.grad, "gradients"))
+    install_hooks(model, built, tracker)
+    micro_steps = min(setup.grad_accum, 2)
+    batch = _batch(spec, setup)
+    for t in batch.values():
+        tracker.add(t, "inputs")
+    trainer = _stub_trainer(setup.trainer, model, ref, setup.ref_model == "precomputed")
+    autocast = (torch.autocast("cpu", dtype=torch.float16 if stack.autocast_dtype == "fp16" else torch.bfloat16)
+                if stack.autocast else contextlib.nullcontext())
+    with cuda_like_kernels(micro, tracker), fake, tracker, _RealMasks(tracker):
+        optimizer = make_optimizer(trainable, micro)
+        for _ in range(steps):
+            for _ in range(micro_steps):
+                tracker.phase, tracker.default_category, tracker.where = "forward", "activations", ""
+                with autocast:
+                    loss = type(trainer)._compute_loss(trainer, model, batch, False)
+                tracker.phase, tracker.default_category, tracker.where = "backward", "logits and loss", "loss"
+                (loss / micro_steps).backward()
+                del loss
+            tracker.phase, tracker.where = "optimizer step", ""
+            optimizer.step()
+            for state in optimizer.state.values():
+                for value in state.values():
+                    if isinstance(value, torch.Tensor):
+                        tracker.retag(value, "optimizer state")
+            optimizer.zero_grad(set_to_none=True)
