@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .params import count_params, layer_linears
 from .physics import activations as act
-from .physics import sharding, states
+from .physics import load, moe, sharding, states
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
@@ -23,6 +23,7 @@ from .recipes import get_recipe
 from .setup import OPTIMIZERS, TrainingSetup
 from .spec import ModelSpec
 
+LOAD_PHASE = "model load"
 SCHEMA_VERSION = 2   # 2: suggestions carry option `changes` and a `status`; setup lists `explicit`
 
 
@@ -100,7 +101,9 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         peak_phase=peak_phase, phases=tuple(totals.items()),
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
         range_low_bytes=low, range_high_bytes=high,
-        paged_bytes=static["sharded"]["paged"], download_bytes=static["download"], assumptions=static["assumptions"],
+        paged_bytes=static["sharded"]["paged"], download_bytes=static["download"],
+        assumptions=static["assumptions"] + (load.assumption(spec, setup, totals[LOAD_PHASE], max(
+            v for k, v in totals.items() if k != LOAD_PHASE)),),
         extra={"expected_error": band} if band else {}, host_bytes=static["sharded"]["host"],
     )
 
@@ -187,6 +190,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "master weights": "fp32 master copy of the trainable weights, sharded (DeepSpeed ZeRO)",
         "gathered parameters": "unsharded parameters in flight while a GPU computes (ZeRO-3 / FSDP all-gather)",
         "communication buffers": "DDP gradient buckets, or one layer's unsharded gradient for reduce-scatter",
+        "load temporaries": load.note(setup),
     }
     static["sharded"] = sharding.apply(static, spec, setup, stack)
     static["notes"].update(sharding.notes(setup, stack))
@@ -273,6 +277,8 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
     phases["optimizer step"] = {**state, "gathered parameters": p.get("gathered_step", p["gathered"]),
                                 "gradients": p["grads"],
                                 "optimizer step temporaries": p["step_temp"]}
+    # Before the first step: the checkpoint being read (and quantized, or sharded) into the weights.
+    phases[LOAD_PHASE] = load.load_parts(spec, setup, stack, p)
     return phases
 
 
@@ -294,6 +300,7 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
         names = ",".join(sorted({m.linear.name for m in stack.lora_modules}))
         out.append(f"LoRA rank {setup.lora_rank} on {names} in {stack.lora_layers} of {spec.num_layers} layers, "
                    f"adapters in {'fp32' if stack.adapter_bytes == 4 else '16-bit'}, dropout {setup.lora_dropout}")
+    out += moe.assumptions(spec, setup)
     if setup.method == "qlora":
         out.append("bitsandbytes >= 0.43.2: 4-bit linears save no input activation"
                    + ("; prepare_model_for_kbit_training upcasts norms, embeddings and lm_head to fp32"
