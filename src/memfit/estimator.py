@@ -104,7 +104,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         paged_bytes=static["sharded"]["paged"], download_bytes=static["download"],
         assumptions=static["assumptions"] + (load.assumption(spec, setup, totals[LOAD_PHASE], max(
             v for k, v in totals.items() if k != LOAD_PHASE)),),
-        extra={"expected_error": band} if band else {}, host_bytes=static["sharded"]["host"],
+        extra={**({"expected_error": band} if band else {}), "load": phases[LOAD_PHASE]},
+        host_bytes=static["sharded"]["host"],
     )
 
 
