@@ -45,6 +45,9 @@ QUANTS = BNB_QUANTS + MLX_QUANTS
 SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+# Targets that are parameters, not nn.Linear (PEFT target_parameters): transformers v5's fused 3-D MoE experts.
+# all-linear never includes them (PEFT's all-linear matches nn.Linear modules only).
+PARAM_TARGETS = ("experts",)
 # The loss kernels memfit prices (physics/loss.py has each one's memory and its source).
 LOSSES = {
     "hf": "transformers ForCausalLMLoss: logits.float() then cross_entropy (full fp32 logits)",
@@ -142,7 +145,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("lora_rank", "int", "LoRA rank", default=8, minimum=1, maximum=MAX_RANK, methods=ADAPTER_METHODS,
            tool_keys=_keys(axolotl="lora_r", llamafactory="lora_rank", torchtune="model.lora_rank", trl="lora_r",
                            mlx="lora_parameters.rank")),
-    Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}",
+    Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}; experts: the "
+           "fused MoE experts (PEFT target_parameters)",
            default=("q", "v"), methods=ADAPTER_METHODS,
            tool_keys=_keys(axolotl="lora_target_modules", llamafactory="lora_target",
                            torchtune="model.lora_attn_modules", trl="lora_target_modules")),
@@ -208,11 +212,13 @@ def parse_targets(value) -> tuple[str, ...]:
     raw = [str(t).strip().lower() for t in items if str(t).strip()]
     if raw in (["all-linear"], ["all"], ["all_linear"]):
         return ALL_TARGETS
-    out = tuple(dict.fromkeys(t.removesuffix("_proj") for t in raw))
-    bad = [t for t in out if t not in ALL_TARGETS]
+    expanded = [part for t in raw for part in (ALL_TARGETS if t in ("all-linear", "all", "all_linear") else
+                                               (t.removesuffix("_proj"),))]
+    out = tuple(dict.fromkeys(expanded))
+    bad = [t for t in out if t not in ALL_TARGETS + PARAM_TARGETS]
     if bad or not out:
         raise ValueError(f"unknown LoRA target {', '.join(bad) or '(none)'}; use all-linear or a comma list of "
-                         f"{','.join(ALL_TARGETS)}")
+                         f"{','.join(ALL_TARGETS + PARAM_TARGETS)}")
     return out
 
 
@@ -366,7 +372,7 @@ def json_schema() -> dict:
     unit and the methods it applies to, for the web form and API clients."""
     types = {"int": {"type": "integer"}, "float": {"type": "number"}, "bool": {"type": "boolean"},
              "text": {"type": "string"},
-             "targets": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"enum": list(ALL_TARGETS)}}]}}
+             "targets": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"enum": list(ALL_TARGETS + PARAM_TARGETS)}}]}}
     from .recipes import RECIPE_DECIDED
 
     props: dict = {"model": {"type": "string", "description": "a catalog name or Hugging Face id"},

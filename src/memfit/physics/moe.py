@@ -51,3 +51,50 @@ def assumptions(spec: ModelSpec, setup) -> list[str]:
                    f"experts ({expert_weight_params(spec) * spec.num_layers / 1e9:.2f}B params) stay in 16 bits "
                    "(transformers 5.24 integrations/bitsandbytes.py:189)")
     return out
+
+
+def adapted_experts(spec: ModelSpec, setup) -> tuple[Linear, ...]:
+    """The 3-D expert parameters LoRA adapts with `experts` among the targets (PEFT 0.21.2 target_parameters:
+    one ParamWrapper per parameter, tuners/lora/layer.py:2335-2440; lora_A Linear(in, r*E), lora_B Linear(r*E,
+    out), in/out swapped for a non-transposed [E, out, in] parameter)."""
+    if setup.method not in ("lora", "qlora") or "experts" not in (setup.lora_targets or ()):
+        return ()
+    if not spec.is_moe:
+        from ..errors import InvalidSetupError, Problem
+
+        raise InvalidSetupError(Problem("lora_targets", f"{{lora_targets}} experts: {spec.name} is a dense model "
+                                                        "(no MoE experts to adapt)"))
+    return tuple(lin for lin in layer_linears(spec) if is_expert(lin))
+
+
+def expert_delta_weight_bytes(spec: ModelSpec, stack) -> int:
+    """One layer's folded expert weights W' = W + s * B @ A while LoRA on experts is active.
+
+    PEFT 0.21.2 ParamWrapper._activate_lora registers a parametrization (_LoraFactorsProxy,
+    tuners/lora/layer.py:2305-2323): `torch.baddbmm(W, lhs, rhs)` builds a new tensor the size of the whole expert
+    stack, in W's dtype, cached for the forward (parametrize.cached()). The experts' matmuls read slices of it, and
+    autograd keeps it (they save their weight operand for the input gradient) until the layer's backward: like a
+    weight copy saved for backward, one per adapted layer (one, recomputed, under checkpointing)."""
+    adapted = [m for m in stack.lora_modules if is_expert(m.linear)]
+    return sum(m.linear.weight_params for m in adapted) * stack.weight_bytes
+
+
+def first_layer_gate_up_unsaved(spec: ModelSpec, stack) -> bool:
+    """Whether the first adapted layer keeps no folded gate_up_proj: a matmul saves its weight operand only to
+    compute its input's gradient, and the experts' input needs none when nothing before them trains (no LoRA
+    on that layer's attention, a frozen base). down_proj's input always needs one (it depends on gate_up)."""
+    if stack.base_trainable:
+        return False
+    return not any(set(m.linear.parts) & {"q", "k", "v", "o"} for m in stack.lora_modules)
+
+
+def expert_saved_delta_bytes(spec: ModelSpec, stack) -> int:
+    """The folded expert weights saved for backward across all adapted layers (expert_delta_weight_bytes)."""
+    total = stack.lora_layers * expert_delta_weight_bytes(spec, stack)
+    if total and first_layer_gate_up_unsaved(spec, stack):
+        total -= _adapted_bytes(stack, "experts.gate_up_proj")
+    return total
+
+
+def _adapted_bytes(stack, name: str) -> int:
+    return sum(m.linear.weight_params for m in stack.lora_modules if m.linear.name == name) * stack.weight_bytes

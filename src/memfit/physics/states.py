@@ -74,7 +74,9 @@ def trainable_tensor_sizes(spec: ModelSpec, stack: Stack) -> list[tuple[int, int
     if not stack.base_trainable:
         out = []
         for m in stack.lora_modules:
-            out += [(m.rank * m.linear.d_in, stack.lora_layers), (m.rank * m.linear.d_out, stack.lora_layers)]
+            copies = m.linear.copies     # 3-D experts: lora_A [r*E, in], lora_B [out, r*E] (PEFT ParamWrapper)
+            out += [(m.rank * copies * m.linear.d_in, stack.lora_layers),
+                    (m.rank * copies * m.linear.d_out, stack.lora_layers)]
         return out
     counts = count_params(spec)
     out = [(spec.vocab_size * spec.hidden_size, 1)]
