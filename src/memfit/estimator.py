@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .params import count_params, layer_linears
 from .physics import activations as act
-from .physics import load, moe, sharding, states
+from .physics import fp8, load, moe, sharding, states
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
@@ -196,7 +196,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "communication buffers": "DDP gradient buckets, or one layer's unsharded gradient for reduce-scatter",
         "load temporaries": load.note(setup),
     }
-    static["sharded"] = sharding.apply(static, spec, setup, stack)
+    static["sharded"] = fp8.apply(sharding.apply(static, spec, setup, stack), spec, setup)
     static["notes"].update(sharding.notes(setup, stack))
     band = error_band(setup.method)
     static["error_band"] = band
@@ -217,7 +217,7 @@ def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
     return dict(static, layer_act=layer_act, all_layers_act=static["adapted_layers"] * layer_act,
                 ckpt=0 if stack.ckpt_offload else act.checkpoint_bytes(spec, setup, stack),
                 loss=loss_memory(spec, setup, stack), head_act=T * static["head_coeff"],
-                temps=act.layer_backward_temp_bytes(spec, setup, stack),
+                temps=act.layer_backward_temp_bytes(spec, setup, stack) + fp8.matmul_temp_bytes(spec, setup),
                 grad_hidden=T * spec.hidden_size * stack.residual_bytes)
 
 
@@ -296,7 +296,7 @@ def _weights_note(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> str:
 
 def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> list[str]:
     out = list(stack.notes)
-    out.append(f"recipe {setup.recipe}: {stack.precision} weights, "
+    out.append(f"recipe {setup.recipe}: {'bf16' if stack.precision == 'fp8' else stack.precision} weights, "
                f"{'autocast bf16' if stack.autocast else 'no autocast'}, optimizer {setup.optimizer}, "
                f"{_ckpt_words(setup)}, "
                f"attention {stack.attn}")
@@ -304,7 +304,7 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
         names = ",".join(sorted({m.linear.name for m in stack.lora_modules}))
         out.append(f"LoRA rank {setup.lora_rank} on {names} in {stack.lora_layers} of {spec.num_layers} layers, "
                    f"adapters in {'fp32' if stack.adapter_bytes == 4 else '16-bit'}, dropout {setup.lora_dropout}")
-    out += moe.assumptions(spec, setup)
+    out += moe.assumptions(spec, setup) + [a for a in (fp8.assumption(setup),) if a]
     if setup.method == "qlora":
         out.append("bitsandbytes >= 0.43.2: 4-bit linears save no input activation"
                    + ("; prepare_model_for_kbit_training upcasts norms, embeddings and lm_head to fp32"

@@ -19,7 +19,7 @@ from .errors import InvalidSetupError, Problem, UsageError
 
 METHODS = ("full", "lora", "qlora")
 ADAPTER_METHODS = ("lora", "qlora")
-PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed", "fp8")
 OPTIMIZERS = {
     "adamw": "torch AdamW, foreach implementation (the CUDA default when no flag is given)",
     "adamw-fused": "torch AdamW(fused=True), HF Trainer's adamw_torch_fused",
@@ -117,7 +117,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            tool_keys=_keys(axolotl=_ACCUM, llamafactory=_ACCUM, torchtune=_ACCUM, trl=_ACCUM,
                            mlx="grad_accumulation_steps")),
     Option("precision", "choice", "auto: the checkpoint's dtype as the recipe trains it; bf16/fp16: pure "
-           "16-bit; *-mixed: fp32 weights under autocast", default="auto", choices=PRECISIONS,
+           "16-bit; *-mixed: fp32 weights under autocast; fp8: bf16 weights with float8 matmuls (torchao)",
+           default="auto", choices=PRECISIONS,
            tool_keys=_keys(axolotl="bf16", llamafactory="bf16", torchtune="dtype", trl="bf16")),
     Option("autocast", "bool", "the trainer wraps the forward in torch.autocast (with precision auto)",
            flag="--autocast"),
