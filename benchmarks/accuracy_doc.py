@@ -35,9 +35,11 @@ KNOWN_GAPS = """## Known gaps and their causes
 - **QLoRA rows (all LitGPT, `bnb.nf4`, published in 2024) are under-predicted by about 30%**, consistently
   across model sizes, while LitGPT's LoRA rows of the same models are within 5%. memfit's QLoRA model is
   bitsandbytes >= 0.43.2 (4-bit layers save no input, validated per layer against autograd) with the 4-bit storage
-  counted exactly. Likely causes, not yet settled without a GPU run: bitsandbytes before 0.43.2 saved every 4-bit
-  layer's input (bitsandbytes#1270), and LitGPT's measured peak includes loading, when bf16 shards pass through
-  the GPU before quantization. The error band for QLoRA carries this gap, so the range stays honest.
+  counted exactly. Likely cause, not yet settled without a GPU run: bitsandbytes before 0.43.2 saved every 4-bit
+  layer's input (bitsandbytes#1270). Loading is now estimated as its own phase (`physics/load.py`): quantizing at
+  load holds one module's 16-bit copy beyond the final weights, which for these rows stays below the step, so
+  loading does not explain the gap unless LitGPT's loader (lightning's BitsandbytesPrecision, not read here) held
+  much more. The error band for QLoRA carries this gap, so the range stays honest.
 - **Plain PyTorch GPT-2 rows (RB, rasbt/LLMs-from-scratch ch05/10_llm-training-speed)** were over-predicted by
   40-50% because memfit priced them as a loop that keeps its logits, with transformers' Python GELU and no dropout.
   The code frees the logits when `calc_loss_batch` returns (only log_softmax's output is saved), uses dropout 0.1
@@ -45,10 +47,28 @@ KNOWN_GAPS = """## Known gaps and their causes
   (eager attention) remain 20-30% over.
 - **Losses** (`--loss`): Liger, unsloth and TRL's fused head are priced from their source, not measured here (no
   GPU); published Liger figures (frontier.md 2.5) include the benchmark's own input and weight tensors.
-- **LitGPT's FSDP full fine-tuning rows are under-predicted** (gemma-2b on 4 GPUs by 40%; two OOM rows are
-  predicted to fit) while memfit's FSDP2 layout matches PyTorch's own `FSDPMemTracker` within 0.1% on a fake
-  process group. LitGPT runs FSDP1 and loads a full (unsharded) state dict, and its figures appear to include
-  that loading peak; the same cause would explain the QLoRA gap above.
+- **LitGPT's FSDP rows**: the LoRA rows (LG-28..38) are within 5% since the FSDP1 `no_sync()` gradients are
+  modelled (`physics/sharding.py`: gradient accumulation keeps every training unit's unsharded gradient, frozen
+  weights included under use_orig_params). They are not loading peaks: with more than one device lit-gpt@0cc02afa
+  builds the model on the meta device (`fabric.init_module(empty_init=(devices > 1))`, finetune/lora.py:128) and
+  loads the full state dict through `fabric.load_raw` (lit_gpt/utils.py:305-307), which FSDP applies one unit at a
+  time under its unshard context: the load phase is the sharded weights plus one unit, far below the step. The
+  full fine-tuning row LGC-03 (gemma-2b, 4 GPUs) is still 17% under; its cause is not found.
+- **Model load** is a phase of every estimate (`memfit estimate --load-peak`): transformers 5.24 from_pretrained
+  reads each tensor into the parameter that keeps it, bitsandbytes quantizes one module at a time from a 16-bit
+  copy, MoE checkpoints' per-expert tensors are stacked into v5's 3-D parameters (one gate_up_proj beyond the
+  weights), sharded layouts load one unit at a time. `tests/test_load.py` checks it against a real from_pretrained
+  of random-weight checkpoints (malloc's live bytes on the CPU, with a CUDA-shaped quantize kernel) within 5%.
+- **MoE**: QLoRA of a transformers v5 MoE keeps the fused 3-D experts in 16 bits (bitsandbytes replaces
+  nn.Linear only), which is most of the model. LoRA on the experts (`--lora-targets experts`, PEFT
+  target_parameters) is traced with PEFT's ParamWrapper on a tiny Qwen3-MoE within 1.1% (`tests/test_moe_lora.py`).
+  transformers 5.24 dispatches experts with grouped_mm (integrations/moe.py): the (token, expert) pairs are sorted
+  and run as T x k rows whatever the routing, so uneven routing changes no total and there is no capacity factor
+  (dropless). Engines with a capacity factor or expert parallelism (Megatron, DeepSpeed-MoE) are not modelled;
+  FSDP and ZeRO-3 gather a layer's whole expert stack as one unit.
+- **fp8** (`--precision fp8`, torchao float8 training) is priced from torchao 0.18's source: no saving in weights,
+  states or saved activations (Float8Linear saves its bf16 input; checked against torchao where it is installed),
+  float8 all-gather under FSDP; no measured row yet.
 - **FSDP2 with checkpointing**: under the fake process group the tracker's peak moves into `optimizer.step`,
   where foreach AdamW on DTensor shards shows about 13x a shard of temporaries; not modelled until confirmed
   on a GPU.

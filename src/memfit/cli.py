@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_hardware_args(p)
     add_dataset_args(p)
     add_format(p, ("text", "json", "markdown"))
+    p.add_argument("--load-peak", action="store_true",
+                   help="also print the model-load phase (checkpoint read, quantized or sharded) beside the step")
 
     p = sub.add_parser("trace", help="measure a real training step on fake tensors (or a real GPU)")
     p.add_argument("model")

@@ -32,6 +32,10 @@ def cmd_estimate(args) -> str:
         return dumps(report_dict(result))
     if args.format == "markdown":
         return render_report_markdown(result)
+    if getattr(args, "load_peak", False) and result.estimate is not None:
+        from .render.load import load_lines
+
+        return render_report(result) + "\n" + "\n".join(load_lines(result.estimate)) + "\n"
     return render_report(result)
 
 

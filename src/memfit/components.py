@@ -73,6 +73,8 @@ KINDS: tuple[Kind, ...] = (
          None),
     Kind("vLLM reservation", "allocated", "vLLM co-located on the training GPU: vllm_gpu_memory_utilization of the "
          "card (released in sleep mode while the trainer runs)", None),
+    Kind("load temporaries", "allocated", "model load only: a module's 16-bit copy while bitsandbytes quantizes "
+         "it, an MoE layer's experts being stacked, or one FSDP/ZeRO-3 unit unsharded", None),
     Kind("cuBLAS workspace", "allocated", "cuBLAS/cuBLASLt workspaces, which torch's allocator hands out",
          "cuBLAS workspace"),
     Kind("allocator slack", "reserved", "reserved − allocated (rounding, fragmentation)", None),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import context_parallel as cp
-from .physics import quantized_base, sharding, states, trainers
+from .physics import fp8, load, moe, quantized_base, sharding, states, trainers
 from .physics.compile import ASSUMPTION as COMPILE_ASSUMPTION
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
@@ -25,6 +25,7 @@ from .recipes import get_recipe
 from .setup import OPTIMIZERS, TrainingSetup
 from .spec import ModelSpec
 
+LOAD_PHASE = "model load"
 SCHEMA_VERSION = 2   # 2: suggestions carry option `changes` and a `status`; setup lists `explicit`
 
 
@@ -121,8 +122,9 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
         range_low_bytes=low, range_high_bytes=high,
         paged_bytes=static["sharded"]["paged"], download_bytes=static["download"],
-        assumptions=tuple(extra_assumptions) + static["assumptions"],
-        extra={"expected_error": band} if band else {},
+        assumptions=tuple(extra_assumptions) + static["assumptions"] + (load.assumption(
+            spec, setup, totals[LOAD_PHASE], max(v for k, v in totals.items() if k != LOAD_PHASE)),),
+        extra={**({"expected_error": band} if band else {}), "load": phases[LOAD_PHASE]},
         host_bytes=static["sharded"]["host"] + parts["offload_host"] * setup.gpus,   # offloaded activations: per GPU
     )
 
@@ -182,6 +184,9 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     if setup.method == "qlora" and stack.autocast and stack.kbit_upcast:
         mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
     adapter_casts = 2 * states.lora_params(stack) if (stack.autocast and stack.adapter_bytes == 4) else 0
+    # LoRA on fused experts folds W + s*B@A into a new expert stack per layer, saved like a weight cast.
+    expert_delta = moe.expert_delta_weight_bytes(spec, stack)
+    expert_casts = moe.expert_saved_delta_bytes(spec, stack)
     per = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
     grads = states.gradient_bytes(spec, setup, stack)
     head_grad = ((counts.lm_head or spec.vocab_size * spec.hidden_size) + counts.final_norm) * per \
@@ -195,9 +200,9 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         head_coeff=act.head_coefficient(spec, setup, stack),
         quant_saved_per_token=quantized_base.saved_per_token_bytes(spec, setup, stack),
         quant_saved_per_layer=quantized_base.saved_per_layer_bytes(spec, setup),
-        casts=mixed_casts + adapter_casts, weight_casts=mixed_casts, adapter_casts=adapter_casts,
+        casts=mixed_casts + adapter_casts + expert_casts, weight_casts=mixed_casts, adapter_casts=adapter_casts,
         head_cast=2 * spec.vocab_size * spec.hidden_size if mixed_casts else 0,
-        layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1),
+        layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1) + expert_delta,
         head_grad=min(head_grad, grads), embed_grad=min(embed_grad, grads),
         trainable_params=states.trainable_params(spec, stack), download=counts.total * 2, params=spec.params,
         tied_grad_extra=2 * spec.vocab_size * spec.hidden_size * per,
@@ -223,8 +228,9 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "gathered parameters": "unsharded parameters in flight while a GPU computes (ZeRO-3 / FSDP all-gather)",
         "communication buffers": "DDP gradient buckets, or one layer's unsharded gradient for reduce-scatter",
         "context-parallel buffers": "attention's K/V (or all-to-all) buffers across the GPUs of one sequence",
+        "load temporaries": load.note(setup),
     }
-    static["sharded"] = sharding.apply(static, spec, setup, stack)
+    static["sharded"] = fp8.apply(sharding.apply(static, spec, setup, stack), spec, setup)
     static["notes"].update(sharding.notes(setup, stack))
     band = error_band(setup.method)
     static["error_band"] = band
@@ -258,7 +264,7 @@ def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
                 ckpt=0 if stack.ckpt_offload else act.checkpoint_bytes(spec, setup, stack),
                 loss=loss_memory(spec, setup, stack), head_act=T * static["head_coeff"],
                 temps=act.layer_backward_temp_bytes(spec, setup, stack)
-                + quantized_base.backward_transient_bytes(spec, setup),
+                + quantized_base.backward_transient_bytes(spec, setup) + fp8.matmul_temp_bytes(spec, setup),
                 grad_hidden=T * spec.hidden_size * stack.residual_bytes)
 
 
@@ -327,6 +333,8 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
         for name, phase in phases.items():
             if name.startswith("layer backward"):
                 phase["context-parallel buffers"] = p["cp_bwd"]
+    # Before the first step: the checkpoint being read (and quantized, or sharded) into the weights.
+    phases[LOAD_PHASE] = load.load_parts(spec, setup, stack, p)
     return phases
 
 
@@ -340,7 +348,7 @@ def _weights_note(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> str:
 
 def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> list[str]:
     out = list(stack.notes)
-    out.append(f"recipe {setup.recipe}: {stack.precision} weights, "
+    out.append(f"recipe {setup.recipe}: {'bf16' if stack.precision == 'fp8' else stack.precision} weights, "
                f"{'autocast bf16' if stack.autocast else 'no autocast'}, optimizer {setup.optimizer}, "
                f"{_ckpt_words(setup)}, "
                f"attention {stack.attn}")
@@ -348,6 +356,7 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
         names = ",".join(sorted({m.linear.name for m in stack.lora_modules}))
         out.append(f"LoRA rank {setup.lora_rank} on {names} in {stack.lora_layers} of {spec.num_layers} layers, "
                    f"adapters in {'fp32' if stack.adapter_bytes == 4 else '16-bit'}, dropout {setup.lora_dropout}")
+    out += moe.assumptions(spec, setup) + [a for a in (fp8.assumption(setup),) if a]
     if setup.method == "qlora":
         out.append((quantized_base.assumption(setup) or "bitsandbytes >= 0.43.2: 4-bit linears save no input "
                                                          "activation")

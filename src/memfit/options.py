@@ -19,7 +19,7 @@ from .errors import InvalidSetupError, Problem, UsageError
 
 METHODS = ("full", "lora", "qlora")
 ADAPTER_METHODS = ("lora", "qlora")
-PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed", "fp8")
 OPTIMIZERS = {
     "adamw": "torch AdamW, foreach implementation (the CUDA default when no flag is given)",
     "adamw-fused": "torch AdamW(fused=True), HF Trainer's adamw_torch_fused",
@@ -47,6 +47,9 @@ QUANTS = BNB_QUANTS + MLX_QUANTS + PREQUANT_QUANTS
 SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+# Targets that are parameters, not nn.Linear (PEFT target_parameters): transformers v5's fused 3-D MoE experts.
+# all-linear never includes them (PEFT's all-linear matches nn.Linear modules only).
+PARAM_TARGETS = ("experts",)
 # The loss kernels memfit prices (physics/loss.py has each one's memory and its source).
 LOSSES = {
     "hf": "transformers ForCausalLMLoss: logits.float() then cross_entropy (full fp32 logits)",
@@ -133,7 +136,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            tool_keys=_keys(axolotl=_ACCUM, llamafactory=_ACCUM, torchtune=_ACCUM, trl=_ACCUM,
                            mlx="grad_accumulation_steps")),
     Option("precision", "choice", "auto: the checkpoint's dtype as the recipe trains it; bf16/fp16: pure "
-           "16-bit; *-mixed: fp32 weights under autocast", default="auto", choices=PRECISIONS,
+           "16-bit; *-mixed: fp32 weights under autocast; fp8: bf16 weights with float8 matmuls (torchao)",
+           default="auto", choices=PRECISIONS,
            tool_keys=_keys(axolotl="bf16", llamafactory="bf16", torchtune="dtype", trl="bf16")),
     Option("autocast", "bool", "the trainer wraps the forward in torch.autocast (with precision auto)",
            flag="--autocast"),
@@ -161,7 +165,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("lora_rank", "int", "LoRA rank", default=8, minimum=1, maximum=MAX_RANK, methods=ADAPTER_METHODS,
            tool_keys=_keys(axolotl="lora_r", llamafactory="lora_rank", torchtune="model.lora_rank", trl="lora_r",
                            mlx="lora_parameters.rank")),
-    Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}",
+    Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}; experts: the "
+           "fused MoE experts (PEFT target_parameters)",
            default=("q", "v"), methods=ADAPTER_METHODS,
            tool_keys=_keys(axolotl="lora_target_modules", llamafactory="lora_target",
                            torchtune="model.lora_attn_modules", trl="lora_target_modules")),
@@ -274,11 +279,13 @@ def parse_targets(value) -> tuple[str, ...]:
     raw = [str(t).strip().lower() for t in items if str(t).strip()]
     if raw in (["all-linear"], ["all"], ["all_linear"]):
         return ALL_TARGETS
-    out = tuple(dict.fromkeys(t.removesuffix("_proj") for t in raw))
-    bad = [t for t in out if t not in ALL_TARGETS]
+    expanded = [part for t in raw for part in (ALL_TARGETS if t in ("all-linear", "all", "all_linear") else
+                                               (t.removesuffix("_proj"),))]
+    out = tuple(dict.fromkeys(expanded))
+    bad = [t for t in out if t not in ALL_TARGETS + PARAM_TARGETS]
     if bad or not out:
         raise ValueError(f"unknown LoRA target {', '.join(bad) or '(none)'}; use all-linear or a comma list of "
-                         f"{','.join(ALL_TARGETS)}")
+                         f"{','.join(ALL_TARGETS + PARAM_TARGETS)}")
     return out
 
 
@@ -432,7 +439,7 @@ def json_schema() -> dict:
     unit and the methods it applies to, for the web form and API clients."""
     types = {"int": {"type": "integer"}, "float": {"type": "number"}, "bool": {"type": "boolean"},
              "text": {"type": "string"},
-             "targets": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"enum": list(ALL_TARGETS)}}]}}
+             "targets": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"enum": list(ALL_TARGETS + PARAM_TARGETS)}}]}}
     from .recipes import RECIPE_DECIDED
 
     props: dict = {"model": {"type": "string", "description": "a catalog name or Hugging Face id"},

@@ -88,7 +88,10 @@ def biggest_model(setup: TrainingSetup, hardware: Hardware, family: str | None =
     ranked = sorted(entries, key=lambda e: e["params"], reverse=True)
     best, above = None, None
     for entry in ranked:
-        ok, device = _fits(spec_from_entry(entry), setup, hardware)
+        try:
+            ok, device = _fits(spec_from_entry(entry), setup, hardware)
+        except InvalidSetupError:
+            continue     # the setup does not apply to this model (LoRA on the experts of a dense model)
         if ok:
             best = (entry, device)
             break

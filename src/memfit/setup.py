@@ -157,6 +157,13 @@ class TrainingSetup:
         if self.shard == "hsdp" and self.nodes < 2:
             p.append(Problem("shard", "hsdp shards within a node and replicates across nodes: give {nodes} 2 or "
                                       "more"))
+        if "experts" in (self.lora_targets or ()) and self.method in ("lora", "qlora") and self.lora_dropout:
+            p.append(Problem("lora_dropout", f"{{lora_dropout}} {self.lora_dropout}: PEFT's LoRA on expert "
+                                             "parameters (target experts) does not support dropout (set it to 0)"))
+        if self.precision == "fp8" and (self.method != "full" or self.recipe == "mlx"):
+            p.append(Problem("precision", "{precision} fp8 (torchao float8 training) is modelled for {method} full "
+                                          "on CUDA recipes: float8 linears save their high-precision input even "
+                                          "when frozen, and MLX has no float8 training"))
         if self.method == "qlora" and self.precision == "fp32":
             p.append(Problem("precision", "QLoRA computes in 16-bit; {precision} fp32 contradicts it (use bf16 or "
                                           "fp16)"))

@@ -197,7 +197,9 @@ class _Walk:
             self.add(4 * spec.num_experts + (h * cmp if train else 0))   # router softmax (fp32), router input
             # per routed token: gathered input (if experts train), gate_up out, act out, product (if down trains),
             # down out saved by the routing-weight multiply.
-            per = cmp * (2 * e_i + e_i + h) + (cmp * (h + e_i) if train else 0)
+            # LoRA on the experts (physics/moe.py) makes their weights need grad just as training them does.
+            experts_train = train or any(m.linear.parts == ("experts",) for m in self.st.lora_modules)
+            per = cmp * (2 * e_i + e_i + h) + (cmp * (h + e_i) if experts_train else 0)
             self.add(k * per)
             if spec.shared_expert_intermediate_size:
                 si = spec.shared_expert_intermediate_size

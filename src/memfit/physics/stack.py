@@ -12,6 +12,7 @@ from ..params import Linear, layer_linears
 from ..recipes import get_recipe
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
+from . import moe
 
 @dataclass(frozen=True)
 class LoraModule:
@@ -20,7 +21,8 @@ class LoraModule:
 
     @property
     def params(self) -> int:
-        return self.rank * (self.linear.d_in + self.linear.d_out)
+        # A 3-D expert parameter gets one rank-r pair per expert (PEFT ParamWrapper: lora_A [r*E, in]).
+        return self.rank * (self.linear.d_in + self.linear.d_out) * self.linear.copies
 
 
 @dataclass(frozen=True)
@@ -139,9 +141,11 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
         targets = set(setup.lora_targets)
         lora_modules = tuple(LoraModule(lin, setup.lora_rank) for lin in layer_linears(spec)
                              if set(lin.parts) & targets and lin.parts not in (("experts",), ("router",)))
-        if spec.is_moe and targets & {"gate", "up", "down"}:
+        lora_modules += tuple(LoraModule(lin, setup.lora_rank) for lin in moe.adapted_experts(spec, setup))
+        if spec.is_moe and targets & {"gate", "up", "down"} and "experts" not in targets:
             notes.append("MoE experts are stacked 3-D parameters in transformers v5, not nn.Linear: LoRA "
-                         "targets only attention (and shared-expert) linears")
+                         "targets only attention (and shared-expert) linears; add the target `experts` to adapt "
+                         "them (PEFT target_parameters)")
     attn = setup.attn
     if attn == "sdpa" and not spec.sdpa_supported:
         attn = "eager"

@@ -10,6 +10,7 @@ from ..params import count_params, layer_linears
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
 from .quantized_base import PREQUANTIZED, int4_storage_bytes
+from . import moe
 from .stack import Stack
 
 # bitsandbytes 4-bit: blocksize 64 with one fp32 absmax each; double quant stores absmax as uint8 plus one fp32
@@ -49,15 +50,17 @@ def base_weight_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tu
     counts = count_params(spec)
     if setup.method != "qlora":
         return counts.total * stack.weight_bytes, 0
-    data = consts = 0
+    data = consts = quantized = 0
     for lin in layer_linears(spec):
-        if lin.parts == ("router",):
+        if not moe.bnb_quantizes(lin):
             continue
         d, c = quant_storage_bytes(lin.d_in * lin.d_out, setup.quant, lin.d_out)
         data += d * lin.copies
         consts += c * lin.copies
-    unquantized = counts.total - spec.num_layers * counts.layer_linear_weights
-    # Embeddings, norms, biases, routers and lm_head stay unquantized (transformers get_keys_to_not_convert).
+        quantized += lin.weight_params
+    unquantized = counts.total - spec.num_layers * quantized
+    # Embeddings, norms, biases, routers, lm_head (transformers get_keys_to_not_convert) and v5's fused 3-D MoE
+    # experts (physics/moe.py) stay unquantized.
     return spec.num_layers * data + unquantized * stack.weight_bytes, spec.num_layers * consts
 
 
@@ -74,7 +77,9 @@ def trainable_tensor_sizes(spec: ModelSpec, stack: Stack) -> list[tuple[int, int
     if not stack.base_trainable:
         out = []
         for m in stack.lora_modules:
-            out += [(m.rank * m.linear.d_in, stack.lora_layers), (m.rank * m.linear.d_out, stack.lora_layers)]
+            copies = m.linear.copies     # 3-D experts: lora_A [r*E, in], lora_B [out, r*E] (PEFT ParamWrapper)
+            out += [(m.rank * copies * m.linear.d_in, stack.lora_layers),
+                    (m.rank * copies * m.linear.d_out, stack.lora_layers)]
         return out
     counts = count_params(spec)
     out = [(spec.vocab_size * spec.hidden_size, 1)]

@@ -68,6 +68,10 @@ def estimate_dict(est: Estimate, verdict: Verdict | None = None, extra: dict | N
         out["mlx_peak_bytes"] = est.extra["mlx_peak_bytes"]
     if "expected_error" in est.extra:
         out["expected_error"] = est.extra["expected_error"]
+    if "load" in est.extra:
+        from .load import load_dict
+
+        out["load"] = load_dict(est)
     if verdict is not None:
         out["verdict"] = verdict_dict(verdict)
     if extra:

@@ -104,8 +104,12 @@ def _decoder_layers(model: nn.Module, spec: ModelSpec) -> list[nn.Module]:
 def _apply_lora(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     from peft import LoraConfig, get_peft_model
 
-    names = sorted({m.linear.name for m in stack.lora_modules})
+    names = sorted({m.linear.name for m in stack.lora_modules if m.linear.parts != ("experts",)})
     kwargs = {}
+    experts = sorted({m.linear.name for m in stack.lora_modules if m.linear.parts == ("experts",)})
+    if experts:
+        # v5's fused 3-D expert parameters (physics/moe.py): PEFT >= 0.17 target_parameters.
+        kwargs["target_parameters"] = experts
     if stack.lora_layers < spec.num_layers:
         kwargs["layers_to_transform"] = list(range(spec.num_layers - stack.lora_layers, spec.num_layers))
     config = LoraConfig(r=setup.lora_rank, lora_alpha=2 * setup.lora_rank, target_modules=names,
