@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import sharding, states
+from .physics import vision as vision_physics
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
@@ -72,9 +73,17 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
 
         return estimate_mlx(spec, setup)
     spec = _as_built_by(spec, setup)
+    tower, user_setup = None, setup
+    vision_physics.check_text_model(spec, setup)
+    if spec.vision is not None:
+        # A VLM: the language model runs text + image tokens; the tower's parts join every phase.
+        tower = vision_physics.vision_parts(spec, setup, resolve_stack(spec, setup).weight_bytes)
+        setup = tower.lm_setup
     static = _static_parts(spec, setup)
     parts = _token_parts(spec, setup, static)
     phases = _phases(spec, setup, static["stack"], parts)
+    if tower is not None:
+        phases = tower.add_to(phases)
     totals = {name: sum(parts_.values()) for name, parts_ in phases.items()}
     peak_phase = max(totals, key=totals.__getitem__)
     peak_parts, allocated = phases[peak_phase], totals[peak_phase]
@@ -95,12 +104,15 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         low = min(low, int(device / (1 + band["high"])))
         high = max(high, int(device / (1 + band["low"])))
     return Estimate(
-        model_name=spec.name, params=static["params"], trainable_params=static["trainable_params"],
-        model_source=spec.source, setup=setup, precision=static["stack"].precision, components=tuple(components),
+        model_name=spec.name, params=static["params"] + (spec.vision.params if tower else 0),
+        trainable_params=static["trainable_params"],
+        model_source=spec.source, setup=user_setup, precision=static["stack"].precision, components=tuple(components),
         peak_phase=peak_phase, phases=tuple(totals.items()),
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
         range_low_bytes=low, range_high_bytes=high,
-        paged_bytes=static["sharded"]["paged"], download_bytes=static["download"], assumptions=static["assumptions"],
+        paged_bytes=static["sharded"]["paged"],
+        download_bytes=static["download"] + (2 * spec.vision.params if tower else 0),
+        assumptions=(tower.assumptions if tower else ()) + static["assumptions"],
         extra={"expected_error": band} if band else {}, host_bytes=static["sharded"]["host"],
     )
 

@@ -18,7 +18,7 @@ from ..spec import ModelSpec
 
 # How the estimate's components group into what a trace can tell apart.
 GROUPS = {
-    "weights": ("weights", "quantization constants", "adapter weights"),
+    "weights": ("weights", "quantization constants", "adapter weights", "vision tower weights", "pixel values"),
     "gradients": ("gradients",),
     "optimizer state": ("optimizer state",),
     "activations": ("activations", "checkpoints", "recomputed layer", "embedding and head activations",
