@@ -65,6 +65,8 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
         model = auto.from_config(config, dtype=weight_dtype, attn_implementation=attn)
     model.train()
     layers = vlm.decoder_layers(model) if spec.vision else _decoder_layers(model)
+    if spec.vision:
+        vlm.freeze_tower(model, setup)
     quantized: list[nn.Linear] = []
     if setup.method == "qlora":
         quantized = _fake_4bit_linears(layers)

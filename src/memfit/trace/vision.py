@@ -42,6 +42,14 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return list(base.model.language_model.layers)
 
 
+def freeze_tower(model: nn.Module, setup: TrainingSetup) -> None:
+    """--vision frozen: the tower and projector take no gradient (LLaMA-Factory freeze_vision_tower and
+    freeze_multi_modal_projector, ms-swift freeze_vit and freeze_aligner)."""
+    if setup.vision == "frozen":
+        for p in model.model.visual.parameters():
+            p.requires_grad_(False)
+
+
 def lora_targets(names: list[str]) -> str:
     """PEFT target_modules as a regex over full module names: the language model's linears only (the vision
     MLP reuses gate_proj/up_proj/down_proj; the trainers' frozen tower gets no adapter)."""
