@@ -71,3 +71,17 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
              f"weights only, no activations saved, no gradients")
     return VisionParts(plan=plan, lm_setup=lm_setup, weight_bytes=vision.params * weight_bytes_per_param,
                        pixel_bytes=pixel_bytes, assumptions=notes)
+
+
+def vision_levers(spec: ModelSpec, setup: TrainingSetup) -> list[tuple]:
+    """(key, words, apply) for a VLM's levers: a quarter of max_pixels (half each side: a quarter of the image
+    tokens and tower patches), half the images per sample. The advisor re-estimates each."""
+    vision, out = spec.vision, []
+    current = setup.max_pixels or vision.max_pixels
+    floor = max(setup.min_pixels or vision.min_pixels, vision.token_pixels ** 2)
+    if setup.image_tokens is None and current // 4 >= floor:
+        out.append(("max-pixels", "a lower max_pixels", lambda s: s.replace(max_pixels=current // 4)))
+    if setup.images_per_sample > 1:
+        out.append(("fewer-images", "fewer images per sample",
+                    lambda s: s.replace(images_per_sample=s.images_per_sample // 2)))
+    return out
