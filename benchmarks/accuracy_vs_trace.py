@@ -34,7 +34,23 @@ FAMILIES = ["llama-3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3
             "smollm2-135m", "pythia-160m", "stablelm-2-1.6b", "olmo-2-1b", "gpt2", "tinyllama-1.1b"]
 
 
-def matrix(quick: bool):
+# Vision-language models (--vlm): the smallest catalog VLM of each family, over methods, image sizes, pixel limits,
+# images per sample and checkpointing (the language model then runs text + image tokens).
+VLM_CELLS = [
+    ("qwen2.5-vl-3b", dict(method="lora", batch_size=1, seq_len=256, image_size="448x448")),
+    ("qwen2.5-vl-3b", dict(method="lora", batch_size=1, seq_len=512, image_size="1280x720")),
+    ("qwen2.5-vl-3b", dict(method="lora", batch_size=2, seq_len=256, image_size="640x480", images_per_sample=2)),
+    ("qwen2.5-vl-3b", dict(method="lora", batch_size=1, seq_len=256, max_pixels=602112, grad_ckpt=True)),
+    ("qwen2.5-vl-3b", dict(method="qlora", batch_size=1, seq_len=256, image_size="1024x1024")),
+    ("qwen2.5-vl-3b", dict(method="full", batch_size=1, seq_len=256, image_size="1280x720", grad_ckpt=True)),
+    ("qwen2.5-vl-3b", dict(method="lora", batch_size=1, seq_len=256, image_tokens=2048, attn="eager")),
+]
+
+
+def matrix(quick: bool, vlm: bool = False):
+    if vlm:
+        yield from VLM_CELLS
+        return
     if quick:
         for model, method in itertools.product(FAMILIES, ("full", "lora", "qlora")):
             yield model, dict(method=method, batch_size=1, seq_len=256)
@@ -69,9 +85,9 @@ def trainer_matrix():
     yield from cells
 
 
-def run(quick: bool, max_minutes: float, trainers: bool = False) -> dict:
+def run(quick: bool, max_minutes: float, trainers: bool = False, vlm: bool = False) -> dict:
     rows, start = [], time.perf_counter()
-    for model, kw in (trainer_matrix() if trainers else matrix(quick)):
+    for model, kw in (trainer_matrix() if trainers else matrix(quick, vlm)):
         if time.perf_counter() - start > max_minutes * 60:
             rows.append({"model": model, "setup": kw, "skipped": "time budget reached"})
             continue
@@ -123,11 +139,14 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def markdown(report: dict, quick: bool) -> str:
+def markdown(report: dict, quick: bool, vlm: bool = False) -> str:
     s = report["summary"]
     pa = s.get("peak_allocated", {})
-    flag = " --trainers" if "per_trainer" in s else (" --quick" if quick else "")
-    title = "## Preference trainers against the trace (TRL's own loss)" if "per_trainer" in s else "## Against the trace"
+    if "per_trainer" in s:
+        flag, title = " --trainers", "## Preference trainers against the trace (TRL's own loss)"
+    else:
+        flag = " --vlm" if vlm else " --quick" if quick else ""
+        title = "## Against the trace" + (": vision-language models" if vlm else "")
     lines = [title, "",
              f"`benchmarks/accuracy_vs_trace.py{flag}`: {s['traced']} setups traced "
              f"({s['errors']} failed to trace, {s['skipped']} skipped for time).", ""]
@@ -165,22 +184,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--trainers", action="store_true",
                         help="the preference trainers (dpo, ipo, kto) through TRL's own loss, not the SFT matrix")
+    parser.add_argument("--vlm", action="store_true", help="the vision-language models' matrix only")
     parser.add_argument("--max-minutes", type=float, default=90.0)
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite the markdown from the saved JSON results without tracing again")
     parser.add_argument("--fail-over", type=float, default=None,
                         help="exit 1 if the median peak error exceeds this fraction or a setup fails to trace")
     args = parser.parse_args()
-    name = "accuracy_vs_trace_trainers" if args.trainers else \
-        "accuracy_vs_trace_quick" if args.quick else "accuracy_vs_trace"
+    name = ("accuracy_vs_trace_trainers" if args.trainers else "accuracy_vs_trace_vlm" if args.vlm else
+            "accuracy_vs_trace_quick" if args.quick else "accuracy_vs_trace")
     if args.render_only:
         report = json.loads((RESULTS / f"{name}.json").read_text())
     else:
-        report = run(args.quick, args.max_minutes, trainers=args.trainers)
+        report = run(args.quick, args.max_minutes, trainers=args.trainers, vlm=args.vlm)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (RESULTS / f"{name}.md").write_text(markdown(report, args.quick))
-    print(markdown(report, args.quick))
+    (RESULTS / f"{name}.md").write_text(markdown(report, args.quick, args.vlm))
+    print(markdown(report, args.quick, args.vlm))
     if args.fail_over is not None:
         s = report["summary"]
         if s["errors"] or s.get("peak_allocated", {}).get("median_abs_error", 1.0) > args.fail_over:

@@ -47,6 +47,9 @@ COSTS = {
     "seq-len-quarter": (5, "more than half of the max length is cut: long examples lose most of their ends"),
     "seq-len-most": (6, "more than three quarters of the max length is cut"),
     "lora": (4, "trains an adapter instead of every weight"),
+    "max-pixels": (3, "images downscaled to a quarter of the pixels (half each side): fine detail such as small "
+                      "text and small objects is lost"),
+    "fewer-images": (4, "half the images per sample: split multi-image samples or drop images"),
     "more-gpus": (5, "more GPUs: the same training, its state sharded across them (more hardware, some "
                      "communication)"),
     "smaller-model": (6, "a smaller model of the same family: lower quality"),
@@ -193,6 +196,10 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[t
                                                                 spec.num_layers) // 2))))
     if setup.method == "full":
         out.append(("lora", "LoRA", lambda s: _switch_method(s, "lora")))
+    if spec.vision is not None:
+        from .physics.vision import vision_levers
+
+        out += vision_levers(spec, setup)
     return out + scale_advice.levers(spec, setup, hardware) + trainer_levers(spec, setup, hardware)
 
 

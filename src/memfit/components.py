@@ -27,6 +27,9 @@ KINDS: tuple[Kind, ...] = (
          "(bitsandbytes `quantize_4bit`)", "weights"),
     Kind("adapter weights", "allocated", "LoRA A and B, r·(d_in + d_out) per adapted module, fp32 under PEFT's "
          "default", "weights"),
+    Kind("vision tower weights", "allocated", "a VLM's vision tower and projector as loaded (frozen: no gradient "
+         "or optimizer state)", "weights"),
+    Kind("pixel values", "allocated", "a VLM batch's patch pixels (the processor's flattened patches)", "weights"),
     Kind("master weights", "allocated", "fp32 master partition of the trainable weights (DeepSpeed ZeRO)", None),
     Kind("gradients", "allocated", "trainable parameters × their dtype (after the first micro-batch with gradient "
          "accumulation)", "gradients"),

@@ -17,6 +17,7 @@ from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import context_parallel as cp
 from .physics import fp8, load, moe, quantized_base, sharding, states, trainers
+from .physics import vision as vision_physics
 from .physics.compile import ASSUMPTION as COMPILE_ASSUMPTION
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
@@ -86,6 +87,12 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         return estimate_megatron(spec, setup)
     cp.check_model(spec, setup)
     spec = _as_built_by(spec, setup)
+    tower, user_setup = None, setup
+    vision_physics.check_text_model(spec, setup)
+    if spec.vision is not None:
+        # A VLM: the language model runs text + image tokens; the tower's parts join every phase.
+        tower = vision_physics.vision_parts(spec, setup, resolve_stack(spec, setup).weight_bytes)
+        setup = tower.lm_setup
     micro = trainers.micro_setup(setup)     # the policy's training micro-step (setup itself for SFT)
     static = _static_parts(spec, micro)
     parts = _token_parts(spec, micro, static)
@@ -93,6 +100,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     if setup.trainer != "sft":
         parts["loss"] = loss_memory(spec, micro, static["stack"], tokens=trainers.shape(setup).scored_tokens)
     phases = _phases(spec, micro, static["stack"], parts)
+    if tower is not None:
+        phases = tower.add_to(phases)
     if setup.trainer != "sft":
         phases, extra_notes, extra_assumptions = trainers.trainer_phases(
             spec, setup, micro, static, parts, phases, setup.card_bytes, _teacher(setup))
@@ -116,14 +125,16 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         low = min(low, int(device / (1 + band["high"])))
         high = max(high, int(device / (1 + band["low"])))
     return Estimate(
-        model_name=spec.name, params=static["params"], trainable_params=static["trainable_params"],
-        model_source=spec.source, setup=setup, precision=static["stack"].precision, components=tuple(components),
+        model_name=spec.name, params=static["params"] + (spec.vision.params if tower else 0),
+        trainable_params=static["trainable_params"],
+        model_source=spec.source, setup=user_setup, precision=static["stack"].precision, components=tuple(components),
         peak_phase=peak_phase, phases=tuple(totals.items()),
         peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, device_bytes=device,
         range_low_bytes=low, range_high_bytes=high,
-        paged_bytes=static["sharded"]["paged"], download_bytes=static["download"],
-        assumptions=tuple(extra_assumptions) + static["assumptions"] + (load.assumption(
-            spec, setup, totals[LOAD_PHASE], max(v for k, v in totals.items() if k != LOAD_PHASE)),),
+        paged_bytes=static["sharded"]["paged"],
+        download_bytes=static["download"] + (2 * spec.vision.params if tower else 0),
+        assumptions=(tower.assumptions if tower else ()) + tuple(extra_assumptions) + static["assumptions"]
+        + (load.assumption(spec, setup, totals[LOAD_PHASE], max(v for k, v in totals.items() if k != LOAD_PHASE)),),
         extra={**({"expected_error": band} if band else {}), "load": phases[LOAD_PHASE]},
         host_bytes=static["sharded"]["host"] + parts["offload_host"] * setup.gpus,   # offloaded activations: per GPU
     )

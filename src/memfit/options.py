@@ -79,6 +79,7 @@ GENERATIONS = ("hf", "vllm-colocate", "vllm-server")
 RECIPE_NAMES = ("hf", "trl", "trl-1.14", "trl-0.21", "torchtune", "litgpt", "unsloth", "axolotl", "llamafactory",
                 "ms-swift", "pytorch", "mlx", "megatron")
 RECOMPUTE = ("none", "selective", "full")   # Megatron --recompute-granularity (none: the flag not given)
+VISION_MODES = ("frozen", "full")   # the vision tower and projector: frozen, or trained with the method
 TOOLS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
 
 # Past these a number is a typo, not a plan: no single device trains 2M tokens per micro-batch.
@@ -235,6 +236,20 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            tool_keys=_keys(trl="vllm_enable_sleep_mode")),
     Option("teacher", "text", "the teacher model of GKD (a catalog name, Hugging Face id or config.json)",
            tool_keys=_keys(trl="teacher_model_name_or_path")),
+    # Vision-language models (vision.py): what the vision tower does, and the images each sample carries.
+    Option("vision", "choice", "a VLM's vision tower and projector: frozen (LLaMA-Factory freeze_vision_tower, "
+           "ms-swift freeze_vit default) or trained in full with the method", default="frozen", choices=VISION_MODES),
+    Option("image_size", "text", "a VLM's image size before the processor resizes it, WIDTHxHEIGHT (default: "
+           "the largest max_pixels allows)", unit="pixels"),
+    Option("images_per_sample", "int", "images in each training sample of a VLM", default=1, unit="images",
+           minimum=0, maximum=4096),
+    Option("max_pixels", "int", "a VLM processor's upper bound on pixels per image (Qwen-VL; default: the "
+           "model's preprocessor_config.json)", unit="pixels", minimum=1, maximum=1 << 32,
+           tool_keys=_keys(llamafactory="image_max_pixels")),
+    Option("min_pixels", "int", "a VLM processor's lower bound on pixels per image (Qwen-VL)", unit="pixels",
+           minimum=1, maximum=1 << 32, tool_keys=_keys(llamafactory="image_min_pixels")),
+    Option("image_tokens", "int", "tokens per image, given directly instead of computed from the image size",
+           unit="tokens", minimum=1, maximum=MAX_SEQ_LEN),
 )
 
 REQUEST_OPTIONS: tuple[Option, ...] = (

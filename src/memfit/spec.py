@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 
 from .errors import SourceError, printable, shorten
 
+# The VLM model_types vision.py reads (the tower and projector); others with a text_config read as text models.
+VISION_FAMILIES = ("qwen2_5_vl",)
+
 # What each transformers model_type builds. Sources: huggingface/transformers src/transformers/models/<type>/
 # modeling_<type>.py (v5.24). mlp: "gated" = act(gate(x)) * up(x) -> down; "plain" = fc2(act(fc1(x))).
 # norm_style "llama": x.float() -> normalize -> cast back -> * weight;  "gemma": (x.float() * (1 + w)).type_as(x).
@@ -129,6 +132,9 @@ class ModelSpec:
     rule_params: int | None = None
     # The config.json this spec was read from (sorted JSON): the trace rebuilds the real model from it.
     hf_config_json: str | None = None
+    # A vision-language model: its vision tower and projector (vision.py); the fields above are its language
+    # model's, and hf_config_json holds the whole VLM's config.
+    vision: "VisionSpec | None" = None
 
     def __hash__(self) -> int:
         # Specs key the estimator's caches; hashing 40 fields on every lookup would dominate a search.
@@ -181,10 +187,18 @@ class ModelSpec:
 
     # ---- construction --------------------------------------------------------------------------------------
     @classmethod
-    def from_hf_config(cls, config: dict, *, name: str, source: str, family: str = "") -> "ModelSpec":
-        """Build from a Hugging Face config.json dict. Raises SourceError naming what is missing or wrong."""
+    def from_hf_config(cls, config: dict, *, name: str, source: str, family: str = "",
+                       processor: dict | None = None) -> "ModelSpec":
+        """Build from a Hugging Face config.json dict. Raises SourceError naming what is missing or wrong.
+        `processor`: a VLM's processor defaults (preprocessor_config.json keys such as max_pixels)."""
         if not isinstance(config, dict):
             raise SourceError(f"{source}: config is not a JSON object")
+        vision, vlm_config = None, None
+        if isinstance(config.get("vision_config"), dict) and config.get("model_type") in VISION_FAMILIES:
+            from .vision import read_vision
+
+            vlm_config = config
+            vision, config = read_vision(config, source, processor)
         if "text_config" in config and "hidden_size" not in config:
             # Multimodal wrappers (Gemma 3, Llama 4, ...) keep the language model in text_config.
             text_config = config["text_config"]
@@ -211,12 +225,12 @@ class ModelSpec:
         kwargs.update(common_traits(traits, reader))
         kwargs.update(_dtype_and_quant(config, source))
         try:
-            config_json = json.dumps(config, sort_keys=True, allow_nan=False)
+            config_json = json.dumps(vlm_config or config, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError):
             # Keys of mixed types or NaN from a caller's dict: the trace cannot rebuild from it, nothing else needs it.
             config_json = None
         spec = cls(name=name, model_type=model_type, source=source, family=family or model_type,
-                   hf_config_json=config_json, **kwargs)
+                   hf_config_json=config_json, vision=vision, **kwargs)
         spec.validate()
         return spec
 

@@ -55,7 +55,7 @@ def find_entry(name: str) -> dict | None:
 
 def spec_from_entry(entry: dict) -> ModelSpec:
     return ModelSpec.from_hf_config(entry["config"], name=entry["id"], source=f"catalog:{entry['slug']}",
-                                    family=entry["family"])
+                                    family=entry["family"], processor=entry.get("processor"))
 
 
 def load_catalog_model(name: str) -> ModelSpec:

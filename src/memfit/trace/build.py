@@ -58,11 +58,15 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
                      "same tensors (q, k, v, out, logsumexp)")
     weight_dtype = torch.float32 if stack.weight_bytes == 4 and setup.method != "qlora" else \
         _TORCH_DTYPES["fp16" if stack.precision.startswith("fp16") else "bf16"]
+    from . import vision as vlm
+
+    auto = vlm.auto_class() if spec.vision else transformers.AutoModelForCausalLM
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=weight_dtype,
-                                                              attn_implementation=attn)
+        model = auto.from_config(config, dtype=weight_dtype, attn_implementation=attn)
     model.train()
-    layers = _decoder_layers(model, spec)
+    layers = vlm.decoder_layers(model) if spec.vision else _decoder_layers(model, spec)
+    if spec.vision:
+        vlm.freeze_tower(model, setup)
     quantized: list[nn.Linear] = []
     if setup.method == "qlora":
         quantized = _fake_4bit_linears(layers)
@@ -112,6 +116,10 @@ def _apply_lora(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
         kwargs["target_parameters"] = experts
     if stack.lora_layers < spec.num_layers:
         kwargs["layers_to_transform"] = list(range(spec.num_layers - stack.lora_layers, spec.num_layers))
+    if spec.vision:
+        from .vision import lora_targets
+
+        names = lora_targets(names)
     config = LoraConfig(r=setup.lora_rank, lora_alpha=2 * setup.lora_rank, target_modules=names,
                         lora_dropout=setup.lora_dropout, bias="none", task_type="CAUSAL_LM", **kwargs)
     return get_peft_model(model, config, autocast_adapter_dtype=stack.adapter_bytes == 4)

@@ -21,6 +21,7 @@ from ..setup import TrainingSetup
 from ..spec import ModelSpec
 from .build import Built, _MatMul4bit, storage_on
 from .tracker import PeakTracker
+from .vision import fake_constants
 
 from ..options import BNB_OPTIMIZERS  # noqa: E402  (bitsandbytes states are accounted, not traced)
 
@@ -158,6 +159,10 @@ def _cuda_math_sdpa(query, key, value, attn_mask, is_causal, scale):
 
 
 def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
+    if spec.vision is not None:
+        from .vision import make_inputs as vlm_inputs
+
+        return vlm_inputs(spec, setup)
     ids = torch.randint(0, spec.vocab_size, (setup.batch_size, setup.seq_len))
     inputs = {"input_ids": ids, "labels": ids}
     if setup.padding:
@@ -221,7 +226,7 @@ def run_steps(spec: ModelSpec, setup: TrainingSetup, stack: Stack, built: Built,
         accounted.append(f"bitsandbytes {setup.optimizer} state from its layout ({bnb_state:,} B on the device"
                          + (f", {paged:,} B paged" if paged else "") + ")")
     try:
-        with cuda_like_kernels(setup, tracker), fake, tracker:
+        with cuda_like_kernels(setup, tracker), fake_constants(spec), fake, tracker:
             optimizer = make_optimizer(trainable, setup)
             inputs = make_inputs(spec, setup)
             for t in inputs.values():

@@ -1,0 +1,87 @@
+"""A VLM's vision side in bytes: the tower's and projector's weights, the pixel values, and the image tokens the
+language model reads on top of the text (research/frontier.md §2.10).
+
+The language model is estimated as any text model over ``seq_len + image tokens`` (estimator.py runs it with
+``lm_setup``); this module adds what the tower brings:
+- weights: tower + projector parameters in the weights' dtype (transformers builds the whole VLM in one dtype);
+- pixel values: the processor's fp32 ``[patches, channels x frames x p x p]`` batch, live for the whole step
+  (the Trainer holds the inputs), plus the 16-bit copy the tower makes (modeling_qwen2_5_vl.py
+  ``hidden_states.to(dtype=self.patch_embed.proj.weight.dtype)`` in Qwen2_5_VisionPatchEmbed.forward), which
+  dies after the patch embedding;
+- frozen (the default of LLaMA-Factory ``freeze_vision_tower`` and ms-swift ``freeze_vit``): no gradient reaches
+  the tower, so autograd saves none of its activations and it keeps no gradients or optimizer state.
+Pure; no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InvalidSetupError, Problem
+from ..setup import TrainingSetup
+from ..spec import ModelSpec
+from ..vision import ImagePlan, plan_images
+
+IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens", "vision")
+PIXEL_BYTES = 4          # the image processors return float32 pixel_values (rescale + normalize in fp32)
+
+
+@dataclass(frozen=True)
+class VisionParts:
+    plan: ImagePlan
+    lm_setup: TrainingSetup           # the setup the language model runs: text + image tokens per sample
+    weight_bytes: int                 # tower + projector weights
+    pixel_bytes: int                  # the fp32 pixel values of one micro-batch
+    assumptions: tuple[str, ...]
+
+    def add_to(self, phases: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        """Every phase holds the tower's weights and the micro-batch's pixel values."""
+        return {name: {**parts, "vision tower weights": self.weight_bytes,
+                       "pixel values": self.pixel_bytes} for name, parts in phases.items()}
+
+
+def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
+    """Image options on a text model are a mistake, not something to ignore."""
+    given = [name for name in IMAGE_OPTIONS if name in setup.explicit]
+    if spec.vision is None and given:
+        raise InvalidSetupError([Problem(name, f"{{{name}}} applies to vision-language models; {spec.name} is a "
+                                               f"text model") for name in given])
+
+
+def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: int) -> VisionParts:
+    vision = spec.vision
+    if setup.vision != "frozen":
+        raise InvalidSetupError(Problem("vision", f"{{vision}} {setup.vision}: only a frozen vision tower is "
+                                                  f"modelled so far"))
+    try:
+        plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
+                           setup.image_tokens)
+    except ValueError as exc:
+        raise InvalidSetupError(Problem("image_size", f"{{image_size}} {exc}")) from None
+    lm_len = setup.seq_len + plan.tokens
+    try:
+        lm_setup = setup.replace(seq_len=lm_len)
+    except InvalidSetupError:
+        raise InvalidSetupError(Problem("images_per_sample", f"text {setup.seq_len:,} + image tokens "
+                                                             f"{plan.tokens:,} is more than memfit models")) from None
+    pixel_bytes = setup.batch_size * plan.patches * vision.patch_values * PIXEL_BYTES
+    notes = (f"vision-language model: {plan.how}; the language model runs {setup.seq_len:,} text + "
+             f"{plan.tokens:,} image tokens = {lm_len:,} per sample",
+             f"vision tower ({vision.tower_params:,} params) and projector ({vision.projector_params:,}) frozen: "
+             f"weights only, no activations saved, no gradients")
+    return VisionParts(plan=plan, lm_setup=lm_setup, weight_bytes=vision.params * weight_bytes_per_param,
+                       pixel_bytes=pixel_bytes, assumptions=notes)
+
+
+def vision_levers(spec: ModelSpec, setup: TrainingSetup) -> list[tuple]:
+    """(key, words, apply) for a VLM's levers: a quarter of max_pixels (half each side: a quarter of the image
+    tokens and tower patches), half the images per sample. The advisor re-estimates each."""
+    vision, out = spec.vision, []
+    current = setup.max_pixels or vision.max_pixels
+    floor = max(setup.min_pixels or vision.min_pixels, vision.token_pixels ** 2)
+    if setup.image_tokens is None and current // 4 >= floor:
+        out.append(("max-pixels", "a lower max_pixels", lambda s: s.replace(max_pixels=current // 4)))
+    if setup.images_per_sample > 1:
+        out.append(("fewer-images", "fewer images per sample",
+                    lambda s: s.replace(images_per_sample=s.images_per_sample // 2)))
+    return out

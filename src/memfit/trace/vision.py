@@ -1,0 +1,130 @@
+"""Trace a vision-language model: the real transformers VLM class on fake tensors, pixel values included.
+
+The VLM's forward computes a few small integer tensors from the data (Qwen2.5-VL: the image grid's window
+index, cu_seqlens split sizes, 3-D rotary positions from input_ids). A FakeTensor has no data, so those would
+fail; FakeTensorMode does keep real values for "constants" (tensors made from Python data inside the mode, and
+ops whose inputs are all constants) up to CONSTANT_NUMEL_LIMIT elements (torch/_subclasses/fake_tensor.py).
+``fake_constants`` raises that limit while a VLM is traced, the inputs' ids and grid are made as constants, and
+the one helper that builds its index with factory ops (arange: never a constant) runs on the real values
+(``on_constants``). Every activation, weight and gradient stays fake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+from torch import nn
+
+from ..setup import TrainingSetup
+from ..spec import ModelSpec
+from ..vision import plan_images
+
+# The largest integer tensor computed for real: input_ids of a micro-batch (b x s), the window index over
+# patches. 64M elements (512 MiB of int64) is beyond any micro-batch memfit traces.
+_CONSTANT_LIMIT = 1 << 26
+# (module, function) pairs whose integer work uses factory ops on data (transformers 5.24
+# modeling_qwen2_5_vl.py imports get_vision_window_index from vision_utils.py and calls it in
+# Qwen2_5_VisionTransformerPretrainedModel.forward).
+_DATA_HELPERS = {"qwen2_5_vl": [("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "get_vision_window_index")]}
+
+
+def auto_class():
+    import transformers
+
+    return transformers.AutoModelForImageTextToText
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The language model's decoder layers (the vision blocks come first in module order)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return list(base.model.language_model.layers)
+
+
+def freeze_tower(model: nn.Module, setup: TrainingSetup) -> None:
+    """--vision frozen: the tower and projector take no gradient (LLaMA-Factory freeze_vision_tower and
+    freeze_multi_modal_projector, ms-swift freeze_vit and freeze_aligner)."""
+    if setup.vision == "frozen":
+        for p in model.model.visual.parameters():
+            p.requires_grad_(False)
+
+
+def lora_targets(names: list[str]) -> str:
+    """PEFT target_modules as a regex over full module names: the language model's linears only (the vision
+    MLP reuses gate_proj/up_proj/down_proj; the trainers' frozen tower gets no adapter)."""
+    return r".*language_model\..*\.(" + "|".join(names) + r")"
+
+
+def on_constants(fn):
+    """Run `fn` on the real values of constant FakeTensors and return its tensors as constants again."""
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+    from torch.utils._pytree import tree_map
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        def real(x):
+            if isinstance(x, FakeTensor):
+                if x.constant is None:
+                    raise RuntimeError(f"{fn.__name__} needs data that a fake tensor does not have")
+                return x.constant
+            return x
+
+        with unset_fake_temporarily():
+            out = fn(*tree_map(real, args), **tree_map(real, kwargs))
+
+        def constant(x):
+            if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor):
+                return torch.tensor(x.tolist(), dtype=x.dtype)     # lift_fresh inside the mode: a constant
+            return x
+        return tree_map(constant, out)
+    return wrapper
+
+
+@contextlib.contextmanager
+def fake_constants(spec: ModelSpec):
+    """While tracing a VLM: constants up to _CONSTANT_LIMIT elements, and the data helpers on real values."""
+    import importlib
+
+    import torch._subclasses.fake_tensor as fake_tensor
+
+    if spec.vision is None:
+        yield
+        return
+    limit = fake_tensor.CONSTANT_NUMEL_LIMIT
+    patched = []
+    for module_name, name in _DATA_HELPERS.get(spec.vision.family, []):
+        module = importlib.import_module(module_name)
+        patched.append((module, name, getattr(module, name)))
+        setattr(module, name, on_constants(getattr(module, name)))
+    fake_tensor.CONSTANT_NUMEL_LIMIT = _CONSTANT_LIMIT
+    try:
+        yield
+    finally:
+        fake_tensor.CONSTANT_NUMEL_LIMIT = limit
+        for module, name, original in patched:
+            setattr(module, name, original)
+
+
+def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
+    """One micro-batch as the processor makes it: per sample, each image as <vision_start> + its image tokens +
+    <vision_end>, then text up to seq_len text tokens; fp32 pixel values [patches, c*t*p*p]; the image grid."""
+    import json
+
+    vision = spec.vision
+    plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
+                       setup.image_tokens)
+    config = json.loads(spec.hf_config_json)
+    start, end = config.get("vision_start_token_id", 151652), config.get("vision_end_token_id", 151653)
+    row: list[int] = []
+    for _ in range(plan.images):
+        row += [start] + [vision.image_token_id] * plan.tokens_per_image + [end]
+    text = setup.seq_len + plan.tokens - len(row)
+    if text < 0:
+        raise ValueError(f"seq_len {setup.seq_len} leaves no room for the images' start/end tokens")
+    # Plain text ids below the special tokens (Qwen2: ids < 151643 are ordinary tokens).
+    row += [(7 * k) % min(spec.vocab_size, 151643) for k in range(text)]
+    ids = torch.tensor([row] * setup.batch_size)          # a constant: the model finds its image tokens in it
+    grid = torch.tensor([[1, *plan.grid]] * (setup.batch_size * plan.images))
+    pixels = torch.empty(setup.batch_size * plan.patches, vision.patch_values, dtype=torch.float32)
+    return {"input_ids": ids, "labels": ids, "pixel_values": pixels, "image_grid_thw": grid}

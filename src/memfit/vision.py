@@ -1,0 +1,217 @@
+"""Vision-language models: the vision tower and projector read from a config, and image tokens per family.
+
+A VLM's config.json holds the language model (``text_config``, or flat keys for Qwen2/2.5-VL) and the vision
+tower (``vision_config``). ``read_vision(config, source)`` returns the ``VisionSpec`` (tower geometry, exact
+parameter counts of tower and projector) and the language model's config with its text family's model_type,
+so the language model goes through the same ``ModelSpec`` path as any text model.
+
+``image_tokens(vision, ...)`` counts the tokens one image becomes, the way each family's processor does:
+- Qwen2/2.5-VL: ``smart_resize`` to multiples of patch x merge (28 px) inside [min_pixels, max_pixels]; one
+  token per 28 x 28 block, the tower sees 4 patches (14 x 14) per token
+  (transformers 5.24 models/qwen2_vl/image_processing_qwen2_vl.py smart_resize, lines 63-89).
+Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import InvalidSetupError, Problem, SourceError, shorten
+
+# VLM model_type -> the text family its language model is built as (transformers 5.24 modeling files: the
+# Qwen2.5-VL text decoder layer is Qwen2's, q/k/v bias and no o bias; modeling_qwen2_5_vl.py
+# Qwen2_5_VLDecoderLayer / Qwen2_5_VLAttention).
+TEXT_FAMILY = {"qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2"}
+VISION_CHOICES = ("frozen", "lora", "full")
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """The vision side of a VLM. Sizes are element counts; the tower runs on `patches`, the LM on tokens."""
+
+    family: str                   # the VLM's model_type ("qwen2_5_vl")
+    depth: int                    # vision blocks
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    patch_size: int               # pixels per patch side
+    merge_size: int               # patches per token side (2: a 2x2 merge)
+    temporal_patch_size: int      # frames per patch (an image is repeated to fill them)
+    in_channels: int
+    out_hidden_size: int          # the projector's output: the LM's hidden size
+    window_size: int              # Qwen2.5-VL window attention, in pixels (0: full attention everywhere)
+    full_attention_layers: tuple[int, ...]
+    image_token_id: int
+    tower_params: int             # patch embedding + blocks (+ final norm)
+    projector_params: int         # the merger / multimodal projector
+    min_pixels: int               # the processor's defaults (preprocessor_config.json), 0 where not used
+    max_pixels: int
+
+    @property
+    def params(self) -> int:
+        return self.tower_params + self.projector_params
+
+    @property
+    def token_pixels(self) -> int:
+        """Pixels per side of one LM token (Qwen: 14 x 2 = 28)."""
+        return self.patch_size * self.merge_size
+
+    @property
+    def patch_values(self) -> int:
+        """Values per patch in pixel_values (channels x frames x p x p): 1176 for Qwen2.5-VL."""
+        return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
+
+
+def read_vision(config: dict, source: str, processor: dict | None = None) -> tuple[VisionSpec, dict]:
+    """(VisionSpec, the language model's config dict) from a VLM config.json; `processor` holds the processor
+    defaults the catalog stores (min_pixels, max_pixels) from the model's preprocessor_config.json."""
+    model_type = config.get("model_type")
+    if model_type not in _READERS:
+        raise SourceError(f"{source}: vision-language model_type {shorten(model_type)} is not supported yet "
+                          f"(supported: {', '.join(sorted(_READERS))})")
+    vision_config = config.get("vision_config")
+    if not isinstance(vision_config, dict):
+        raise SourceError(f"{source}: vision_config must be a JSON object, got {shorten(vision_config)}")
+    return _READERS[model_type](config, vision_config, source, processor or {})
+
+
+def _int(d: dict, key: str, source: str, default: int | None = None) -> int:
+    value = d.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SourceError(f"{source}: vision_config {key} must be a non-negative integer, got {shorten(value)}")
+    return value
+
+
+def _read_qwen2_5_vl(config: dict, vc: dict, source: str, processor: dict) -> tuple[VisionSpec, dict]:
+    # Defaults: transformers 5.24 models/qwen2_5_vl/configuration_qwen2_5_vl.py Qwen2_5_VLVisionConfig.
+    h = _int(vc, "hidden_size", source, 1280)
+    i = _int(vc, "intermediate_size", source, 3420)
+    depth = _int(vc, "depth", source, 32)
+    p = _int(vc, "patch_size", source, 14)
+    m = _int(vc, "spatial_merge_size", source, 2)
+    t = _int(vc, "temporal_patch_size", source, 2)
+    c = _int(vc, "in_channels", source, 3)
+    text = dict(config["text_config"]) if isinstance(config.get("text_config"), dict) else \
+        {k: v for k, v in config.items() if k not in ("vision_config", "text_config")}
+    out = _int(vc, "out_hidden_size", source, text.get("hidden_size", 3584))
+    full = vc.get("fullatt_block_indexes", [7, 15, 23, 31])
+    if not isinstance(full, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in full):
+        raise SourceError(f"{source}: vision_config fullatt_block_indexes must be a list of integers")
+    # modeling_qwen2_5_vl.py: Qwen2_5_VisionPatchEmbed (Conv3d, no bias); Qwen2_5_VLVisionBlock: two RMSNorms,
+    # qkv and proj with bias, gated MLP (gate/up/down) with bias; Qwen2_5_VLPatchMerger: RMSNorm(h),
+    # Linear(4h, 4h), GELU, Linear(4h, out), both with bias.
+    block = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * (h * i + i) + (i * h + h)
+    tower = c * t * p * p * h + depth * block
+    merged = h * m * m
+    projector = h + merged * merged + merged + merged * out + out
+    vision = VisionSpec(
+        family="qwen2_5_vl", depth=depth, hidden_size=h, intermediate_size=i, num_heads=_int(vc, "num_heads", source, 16),
+        patch_size=p, merge_size=m, temporal_patch_size=t, in_channels=c, out_hidden_size=out,
+        window_size=_int(vc, "window_size", source, 112), full_attention_layers=tuple(full),
+        image_token_id=_int(config, "image_token_id", source, 151655), tower_params=tower, projector_params=projector,
+        # Qwen/Qwen2.5-VL-*-Instruct preprocessor_config.json: min_pixels 3136, max_pixels 12845056.
+        min_pixels=int(processor.get("min_pixels", 3136)), max_pixels=int(processor.get("max_pixels", 12845056)))
+    if not all(v > 0 for v in (h, i, depth, p, m, t, c, out, vision.num_heads)):
+        raise SourceError(f"{source}: vision_config sizes must be positive")
+    text["model_type"] = TEXT_FAMILY[config["model_type"]]
+    text.setdefault("tie_word_embeddings", config.get("tie_word_embeddings", False))
+    for key in ("torch_dtype", "dtype"):
+        if key in config:
+            text.setdefault(key, config[key])
+    return vision, text
+
+
+_READERS = {"qwen2_5_vl": _read_qwen2_5_vl}
+
+
+# ---- image tokens ---------------------------------------------------------------------------------------------
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Qwen2-VL's resize: both sides multiples of `factor`, area in [min_pixels, max_pixels], aspect kept.
+    Mirrors transformers 5.24 models/qwen2_vl/image_processing_qwen2_vl.py smart_resize (lines 63-89);
+    tests/test_vision.py checks it against that function."""
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(f"aspect ratio {max(height, width) / min(height, width):.0f} is above the processor's "
+                         f"limit of 200")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """What one sample's images become: tokens in the LM's sequence, patches in the tower."""
+
+    images: int
+    grid: tuple[int, int]          # patches per image (rows, columns) as the tower sees them
+    tokens_per_image: int
+    patches_per_image: int
+    how: str                       # the assumption, in words
+
+    @property
+    def tokens(self) -> int:
+        return self.images * self.tokens_per_image
+
+    @property
+    def patches(self) -> int:
+        return self.images * self.patches_per_image
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """'1280x720' -> (width, height)."""
+    parts = str(text).lower().replace("*", "x").split("x")
+    try:
+        width, height = (int(x) for x in parts)
+    except ValueError:
+        raise InvalidSetupError(Problem("image_size", f"{{image_size}} {text!r} is not WIDTHxHEIGHT in pixels "
+                                                      f"(e.g. 1280x720)")) from None
+    if not (1 <= width <= 1 << 16 and 1 <= height <= 1 << 16):
+        raise InvalidSetupError(Problem("image_size", f"{{image_size}} {text!r}: each side must be 1 to 65536 "
+                                                      f"pixels"))
+    return width, height
+
+
+def plan_images(vision: VisionSpec, image_size: str | None, images: int, min_pixels: int | None,
+                max_pixels: int | None, image_tokens: int | None) -> ImagePlan:
+    """The tokens and patches of `images` images per sample, as the family's processor makes them."""
+    lo = vision.min_pixels if min_pixels is None else min_pixels
+    hi = vision.max_pixels if max_pixels is None else max_pixels
+    f = vision.token_pixels
+    if lo > hi:
+        raise InvalidSetupError(Problem("min_pixels", f"{{min_pixels}} {lo} is above {{max_pixels}} {hi}"))
+    if hi < f * f:
+        raise InvalidSetupError(Problem("max_pixels", f"{{max_pixels}} {hi} is below one token ({f}x{f} = "
+                                                      f"{f * f} pixels)"))
+    if image_tokens is not None:
+        # Given directly: a square grid of tokens is what the tower sees (its cost depends on the count only).
+        side = math.isqrt(image_tokens)
+        rows, cols = side, -(-image_tokens // side)
+        if rows * cols != image_tokens:
+            rows, cols = 1, image_tokens
+        grid = (rows * vision.merge_size, cols * vision.merge_size)
+        how = f"{image_tokens} tokens per image (given)"
+    else:
+        if image_size is None:
+            # No size: the largest image the processor lets through, a square at max_pixels (the usual cause
+            # of out-of-memory reports: research/frontier.md §1.2).
+            side = max(f, math.isqrt(hi) // f * f)
+            height = width = side
+            how = f"no --image-size: a square image at max_pixels {hi:,} ({side}x{side} px), the largest"
+        else:
+            width, height = parse_image_size(image_size)
+            height, width = smart_resize(height, width, f, lo, hi)
+            how = f"{image_size} resized to {width}x{height} (smart_resize, {lo:,} <= pixels <= {hi:,})"
+        grid = (height // vision.patch_size, width // vision.patch_size)
+    patches = grid[0] * grid[1]
+    tokens = patches // (vision.merge_size ** 2)
+    return ImagePlan(images=images, grid=grid, tokens_per_image=tokens, patches_per_image=patches,
+                     how=f"{images} image(s) per sample, {how}: {tokens:,} tokens and {patches:,} tower patches "
+                         f"each")

@@ -1,0 +1,129 @@
+"""Vision-language models: image tokens against the real processor, tower/projector/LM counts against the real
+classes on the meta device, the estimate's response to image settings, and the estimate against the trace."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from memfit import TrainingSetup, estimate, load_model
+from memfit.errors import InvalidSetupError
+from memfit.params import count_params
+from memfit.sources.catalog import catalog_entries, spec_from_entry
+from memfit.spec import ModelSpec
+from memfit.vision import plan_images, smart_resize
+
+VLM_ENTRIES = [e for e in catalog_entries() if "vision_config" in e["config"]]
+SIZES = [(1280, 720), (448, 448), (3000, 4000), (57, 91), (10, 1900), (7000, 7000), (28, 28), (800, 500)]
+
+
+def test_catalog_has_vlms():
+    assert {e["slug"] for e in VLM_ENTRIES} >= {"qwen2.5-vl-3b", "qwen2.5-vl-7b"}
+
+
+@pytest.mark.parametrize("max_pixels", [12845056, 602112, 1003520, 3136 * 4])
+@pytest.mark.parametrize("width,height", SIZES)
+def test_smart_resize_equals_transformers(width, height, max_pixels):
+    pytest.importorskip("transformers")
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as hf_smart_resize
+
+    assert smart_resize(height, width, 28, 3136, max_pixels) == hf_smart_resize(height, width, 28, 3136, max_pixels)
+
+
+@pytest.mark.parametrize("width,height", [(1280, 720), (448, 448), (333, 1000)])
+@pytest.mark.parametrize("max_pixels", [12845056, 602112])
+def test_plan_equals_the_real_processor(width, height, max_pixels):
+    """The processor's own image_grid_thw and pixel_values (PIL backend) are the oracle for the tower's input."""
+    pytest.importorskip("transformers")
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    vision = load_model("qwen2.5-vl-7b").vision
+    out = Qwen2VLImageProcessorPil(min_pixels=3136, max_pixels=max_pixels)(
+        images=[Image.new("RGB", (width, height))], return_tensors="pt")
+    plan = plan_images(vision, f"{width}x{height}", 1, None, max_pixels, None)
+    assert out["image_grid_thw"].tolist() == [[1, *plan.grid]]
+    assert tuple(out["pixel_values"].shape) == (plan.patches, vision.patch_values)
+    assert plan.tokens == plan.patches // 4
+
+
+def test_default_max_pixels_is_16384_tokens():
+    """Qwen2.5-VL's preprocessor_config max_pixels 12,845,056 lets one image become 16,384 tokens, 65,536 patches."""
+    plan = plan_images(load_model("qwen2.5-vl-7b").vision, None, 1, None, None, None)
+    assert (plan.tokens, plan.patches) == (16384, 65536)
+    assert plan_images(load_model("qwen2.5-vl-7b").vision, None, 3, None, 602112, None).tokens == 3 * 27 * 27
+    assert plan_images(load_model("qwen2.5-vl-7b").vision, None, 2, None, None, 300).tokens == 600
+
+
+@pytest.mark.parametrize("entry", VLM_ENTRIES, ids=lambda e: e["slug"])
+def test_vlm_counts_equal_meta_numel(entry):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    spec = spec_from_entry(entry)
+    config = transformers.AutoConfig.for_model(**entry["config"])
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(config)
+    visual = model.model.visual
+    projector = sum(p.numel() for p in visual.merger.parameters())
+    tower = sum(p.numel() for p in visual.parameters()) - projector
+    total = sum(p.numel() for p in model.parameters())
+    assert (spec.vision.tower_params, spec.vision.projector_params) == (tower, projector)
+    assert count_params(spec).total == total - tower - projector      # the language model and its head
+    assert entry["params"] == total
+
+
+def test_more_pixels_more_memory_and_image_tokens_reach_the_lm():
+    spec = load_model("qwen2.5-vl-7b")
+    small = estimate(spec, TrainingSetup(seq_len=512, max_pixels=602112))
+    big = estimate(spec, TrainingSetup(seq_len=512))
+    assert big.device_bytes > small.device_bytes
+    # The language model runs 512 + 16,384 tokens: its activations equal a text model's at that length.
+    text = spec.replace(vision=None, hf_config_json=None)
+    as_text = estimate(text, TrainingSetup(seq_len=512 + 16384))
+    assert big.component("activations") == as_text.component("activations")
+    assert big.component("vision tower weights") == spec.vision.params * 2
+    assert big.component("pixel values") == 65536 * 1176 * 4
+    assert big.params == count_params(spec).total + spec.vision.params
+    assert any("16,384 image tokens" in a for a in big.assumptions)
+
+
+def test_image_options_on_a_text_model_are_refused():
+    with pytest.raises(InvalidSetupError, match="vision-language"):
+        estimate(load_model("qwen2.5-0.5b"), TrainingSetup(image_size="640x480"))
+
+
+@pytest.mark.parametrize("bad", ["640", "0x480", "axb", "640x480x3"])
+def test_bad_image_size(bad):
+    with pytest.raises(InvalidSetupError, match="image_size"):
+        estimate(load_model("qwen2.5-vl-3b"), TrainingSetup(image_size=bad))
+
+
+def test_cli_bad_image_size_one_line():
+    run = subprocess.run([sys.executable, "-m", "memfit", "estimate", "qwen2.5-vl-3b", "--image-size", "big"],
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert "--image-size" in run.stderr
+
+
+def _tiny_vlm() -> ModelSpec:
+    config = json.loads(json.dumps(next(e for e in VLM_ENTRIES if e["slug"] == "qwen2.5-vl-3b")["config"]))
+    config.update(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]})   # head_dim 32
+    config["vision_config"].update(depth=4, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=128,
+                                   fullatt_block_indexes=[3])
+    return ModelSpec.from_hf_config(config, name="tiny-qwen2.5-vl", source="test")
+
+
+@pytest.mark.parametrize("kw", [dict(method="lora", image_size="448x336"),
+                                dict(method="full", image_size="1000x700", grad_ckpt=True),
+                                dict(method="lora", images_per_sample=2, max_pixels=200704, batch_size=2)])
+def test_estimate_matches_trace(kw):
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from memfit.trace import trace
+
+    spec, setup = _tiny_vlm(), TrainingSetup(seq_len=128, **kw)
+    measured = trace(spec, setup)
+    predicted = estimate(spec, setup)
+    assert abs(predicted.peak_allocated_bytes / measured.peak_allocated_bytes - 1) < 0.02
