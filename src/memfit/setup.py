@@ -19,6 +19,7 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       check_range,
                       normalize)
 from .options import parse_targets as _parse_targets
+from .physics.optimizers import IN_BACKWARD, optimizer_problems
 from .recipes import CHUNKED_LOSSES, RECIPES
 
 _SHARDED = ("zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
@@ -37,6 +38,9 @@ class TrainingSetup:
     autocast: bool | None = None                # forward under torch.autocast (Trainer bf16=True)
     optimizer: str | None = None                # memfit's name (options.OPTIMIZERS)
     optimizer_in_backward: bool | None = None   # steps inside backward: no full set of gradients at once
+    galore_rank: int | None = None              # GaLore projection rank (optimizer galore, galore-8bit)
+    apollo_rank: int | None = None              # APOLLO projection rank
+    muon_params: str | None = None              # hidden | all-2d: the tensors Muon (not AdamW) steps
     grad_ckpt: bool | None = None               # keep only each layer's input, recompute in backward
     ckpt_reentrant: bool | None = None          # torch.utils.checkpoint use_reentrant=True (transformers v4)
     ckpt_offload: bool | None = None            # checkpoints in host memory (unsloth)
@@ -85,6 +89,8 @@ class TrainingSetup:
         if "autocast" not in given:
             values["autocast"] = recipe.autocast if values["precision"] == "auto" else \
                 values["precision"].endswith("-mixed")
+        if "optimizer_in_backward" not in given and values["optimizer"] in IN_BACKWARD:
+            values["optimizer_in_backward"] = True    # LOMO / AdaLomo update inside backward by design
         if "ckpt_offload" not in given:
             values["ckpt_offload"] = recipe.ckpt_offload and values["grad_ckpt"]
         if "ckpt_reentrant" not in given:
@@ -169,6 +175,7 @@ class TrainingSetup:
         if mlx and (self.world_size > 1 or self.shard != "none"):
             p.append(Problem("gpus", "mlx-lm trains on one Apple-silicon GPU: {gpus}, {nodes} and {shard} do not "
                                      "apply"))
+        p += optimizer_problems(self)
         if self.optimizer not in get_optimizers(self.recipe):
             p.append(Problem("optimizer", f"{{optimizer}} {self.optimizer} is not one the {self.recipe} recipe can "
                                           f"use ({', '.join(get_optimizers(self.recipe))})"))
