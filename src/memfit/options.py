@@ -30,12 +30,26 @@ OPTIMIZERS = {
     "paged-adamw-8bit": "bitsandbytes PagedAdamW8bit (8-bit states in CUDA managed memory)",
     "sgd": "torch SGD with momentum",
     "adafactor": "transformers Adafactor (factored second moment, no first moment)",
+    # memory-saving optimizers: physics/optimizers.py has each one's state, temporaries and source
+    "galore": "GaLore AdamW (galore-torch): Adam on a rank-r projection of each decoder matrix's gradient",
+    "galore-8bit": "GaLore AdamW8bit (galore-torch on bitsandbytes): the projected moments in 8 bits",
+    "apollo": "APOLLO AdamW (apollo-torch): Adam on a rank-r random projection, channel-wise scaling",
+    "muon": "torch.optim.Muon for decoder matrices, fused AdamW for the other tensors",
+    "adam-mini": "Adam-mini (adam-mini): one second-moment value per head / output row",
+    "lion": "Lion (lion-pytorch): one momentum, sign update",
+    "lion-8bit": "bitsandbytes Lion8bit (one 8-bit momentum)",
+    "came": "CAME (came-pytorch): fp32 momentum + factored second moment and instability",
+    "lomo": "LOMO (lomo-optim): fused update inside backward, no state, each gradient freed at once",
+    "adalomo": "AdaLomo (lomo-optim): LOMO with a factored fp32 second moment",
 }
 # HF TrainingArguments.optim names (transformers training_args.py OptimizerNames) and other spellings.
 OPTIMIZER_ALIASES = {"adamw-torch": "adamw", "adamw_torch": "adamw", "adamw_torch_fused": "adamw-fused",
                      "adamw-torch-fused": "adamw-fused", "adamw_8bit": "adamw-8bit", "adamw_bnb_8bit": "adamw-8bit",
                      "paged_adamw_8bit": "paged-adamw-8bit", "paged_adamw_32bit": "paged-adamw",
-                     "paged-adamw-32bit": "paged-adamw", "adam": "adamw", "adamw-foreach": "adamw"}
+                     "paged-adamw-32bit": "paged-adamw", "adam": "adamw", "adamw-foreach": "adamw",
+                     # transformers 5.24.0 training_args.py:132,144-157 OptimizerNames
+                     "galore_adamw": "galore", "galore_adamw_8bit": "galore-8bit", "apollo_adamw": "apollo",
+                     "lion_8bit": "lion-8bit", "adam_mini": "adam-mini"}
 BNB_OPTIMIZERS = ("adamw-bnb", "adamw-8bit", "paged-adamw", "paged-adamw-8bit")
 ATTENTION = ("sdpa", "flash", "eager")
 BNB_QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
@@ -148,6 +162,13 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            trl="optim", mlx="optimizer")),
     Option("optimizer_in_backward", "bool", "step the optimizer inside backward (torchtune optimizer_in_bwd)",
            default=False, tool_keys=_keys(torchtune="optimizer_in_bwd")),
+    Option("galore_rank", "int", "GaLore's projection rank (transformers' default for optim galore_*)",
+           default=128, minimum=1, maximum=MAX_RANK, methods=("full",)),
+    Option("apollo_rank", "int", "APOLLO's projection rank (1 with --apollo-rank 1 is APOLLO-Mini's rank)",
+           default=128, minimum=1, maximum=MAX_RANK, methods=("full",)),
+    Option("muon_params", "choice", "what Muon steps: hidden (decoder matrices; AdamW for embeddings, head and "
+           "1-D tensors) or all-2d (every 2-D tensor, as torch's Muon example)", default="hidden",
+           choices=("hidden", "all-2d")),
     Option("grad_ckpt", "bool", "gradient (activation) checkpointing", default=False,
            tool_keys=_keys(axolotl="gradient_checkpointing", llamafactory="disable_gradient_checkpointing",
                            torchtune="enable_activation_checkpointing", trl="gradient_checkpointing",

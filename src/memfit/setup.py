@@ -19,6 +19,7 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       check_range,
                       normalize)
 from .options import parse_targets as _parse_targets
+from .physics.optimizers import IN_BACKWARD, optimizer_problems
 from .recipes import CHUNKED_LOSSES, RECIPES
 from .physics import trainers as _trainers
 
@@ -38,6 +39,9 @@ class TrainingSetup:
     autocast: bool | None = None                # forward under torch.autocast (Trainer bf16=True)
     optimizer: str | None = None                # memfit's name (options.OPTIMIZERS)
     optimizer_in_backward: bool | None = None   # steps inside backward: no full set of gradients at once
+    galore_rank: int | None = None              # GaLore projection rank (optimizer galore, galore-8bit)
+    apollo_rank: int | None = None              # APOLLO projection rank
+    muon_params: str | None = None              # hidden | all-2d: the tensors Muon (not AdamW) steps
     grad_ckpt: bool | None = None               # keep only each layer's input, recompute in backward
     ckpt_reentrant: bool | None = None          # torch.utils.checkpoint use_reentrant=True (transformers v4)
     ckpt_offload: bool | None = None            # checkpoints in host memory (unsloth)
@@ -115,6 +119,8 @@ class TrainingSetup:
         if "autocast" not in given:
             values["autocast"] = recipe.autocast if values["precision"] == "auto" else \
                 values["precision"].endswith("-mixed")
+        if "optimizer_in_backward" not in given and values["optimizer"] in IN_BACKWARD:
+            values["optimizer_in_backward"] = True    # LOMO / AdaLomo update inside backward by design
         if "ckpt_offload" not in given:
             # Activation offload under checkpointing offloads only the checkpoints: that is ckpt_offload.
             values["ckpt_offload"] = (recipe.ckpt_offload or values["activation_offload"]) and values["grad_ckpt"]
@@ -211,6 +217,7 @@ class TrainingSetup:
         from .physics import context_parallel, megatron
 
         p += context_parallel.setup_problems(self) + megatron.setup_problems(self)
+        p += optimizer_problems(self)
         if self.optimizer not in get_optimizers(self.recipe):
             p.append(Problem("optimizer", f"{{optimizer}} {self.optimizer} is not one the {self.recipe} recipe can "
                                           f"use ({', '.join(get_optimizers(self.recipe))})"))

@@ -9,8 +9,8 @@ from __future__ import annotations
 from ..params import count_params, layer_linears
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
+from . import moe, optimizers
 from .quantized_base import PREQUANTIZED, int4_storage_bytes
-from . import moe
 from .stack import Stack
 
 # bitsandbytes 4-bit: blocksize 64 with one fp32 absmax each; double quant stores absmax as uint8 plus one fp32
@@ -112,6 +112,9 @@ def gradient_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
 
 def optimizer_state_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, int, str]:
     """(device bytes of optimizer state, bytes in CUDA managed memory (paged), note)."""
+    if setup.optimizer in optimizers.OPTIMIZER_FACTS:      # GaLore, APOLLO, Muon, Lion, CAME, LOMO, ...
+        state, note = optimizers.state_bytes(spec, setup, stack)
+        return state, 0, note
     p = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
     opt = setup.optimizer
     sizes = trainable_tensor_sizes(spec, stack)
@@ -153,6 +156,8 @@ def _adafactor_bytes(spec: ModelSpec, stack: Stack) -> int:
 
 def optimizer_step_transient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, str]:
     """Temporaries alive inside optimizer.step() on top of weights, grads and states."""
+    if setup.optimizer in optimizers.OPTIMIZER_FACTS:
+        return optimizers.step_temp_bytes(spec, setup, stack)
     p = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
     sizes = trainable_tensor_sizes(spec, stack)
     largest = max(n for n, _ in sizes)
