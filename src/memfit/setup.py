@@ -19,6 +19,8 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       check_range,
                       normalize)
 from .options import parse_targets as _parse_targets
+from .options import PEFT_METHODS
+from .physics.adapters import DEFAULT_TARGETS
 from .recipes import CHUNKED_LOSSES, RECIPES
 
 _SHARDED = ("zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
@@ -49,6 +51,7 @@ class TrainingSetup:
     train_layers: int | None = None             # only the last N layers train (None: all; mlx-lm: 16)
     quant: str | None = None                    # QLoRA's 4-bit (or 8-bit) base
     kbit_upcast: bool | None = None             # prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
+    num_virtual_tokens: int | None = None       # prefix / prompt / p-tuning: tokens prepended
     padding: bool | None = None                 # batches carry a padding mask (attention_mask with zeros)
     gpus: int | None = None                     # GPUs per node
     nodes: int | None = None
@@ -82,6 +85,8 @@ class TrainingSetup:
                 if values[name] is None:
                     values[name] = BY_NAME[name].default
         # Defaults that follow from other fields.
+        if "lora_targets" not in given and method in DEFAULT_TARGETS:
+            values["lora_targets"] = DEFAULT_TARGETS[method]     # PEFT's own default for the method
         if "autocast" not in given:
             values["autocast"] = recipe.autocast if values["precision"] == "auto" else \
                 values["precision"].endswith("-mixed")
@@ -153,6 +158,9 @@ class TrainingSetup:
             p.append(Problem("optimizer_in_backward", "{optimizer_in_backward} cannot accumulate gradients: "
                                                       "set {grad_accum} 1"))
         mlx = self.recipe == "mlx"
+        if mlx and self.method in PEFT_METHODS:
+            p.append(Problem("method", f"{{method}} {self.method} is a PEFT method: the mlx recipe trains full, lora "
+                                       "or qlora"))
         if self.method == "qlora" and (self.quant in MLX_QUANTS) != mlx:
             p.append(Problem("quant", "{quant} " + (f"{self.quant} is bitsandbytes: the mlx recipe quantizes with "
                                                    f"MLX (mlx-4bit, mlx-8bit)" if mlx else

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..spec import ACT_SAVED_TENSORS, ModelSpec
 from ..setup import TrainingSetup
+from . import adapters
 from .stack import Stack
 
 
@@ -78,6 +79,13 @@ class _Walk:
         ad = st.adapter_bytes
         shared_counted = input_saved
         for m in modules:
+            if m.kind not in ("lora", "qlora"):
+                lin_out = in_bytes if st.method == "qlora" else st.compute_bytes
+                own, shared = adapters.saved_per_token(m.kind, width, m.linear.d_out, m.rank, in_bytes, lin_out, ad,
+                                                       st.autocast, m.feedforward)
+                self.add(own + (0 if shared_counted else shared))
+                shared_counted = shared_counted or shared > 0
+                continue
             if st.autocast:
                 self.add(width * (3 if p > 0 else 2) + 2 * m.rank)
                 continue

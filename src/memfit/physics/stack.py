@@ -9,18 +9,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..params import Linear, layer_linears
+from ..options import LINEAR_ADAPTER_METHODS
 from ..recipes import get_recipe
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
+from . import adapters
 
 @dataclass(frozen=True)
 class LoraModule:
     linear: Linear
     rank: int
+    kind: str = "lora"          # the PEFT method (physics/adapters.py)
+
+    @property
+    def tensors(self) -> tuple[int, ...]:
+        """Element counts of its trainable tensors."""
+        return adapters.module_tensors(self.kind, self.linear.d_in, self.linear.d_out, self.rank, self.feedforward)
 
     @property
     def params(self) -> int:
-        return self.rank * (self.linear.d_in + self.linear.d_out)
+        return sum(self.tensors) + adapters.module_frozen_params(self.kind, self.linear.d_in, self.linear.d_out,
+                                                                 self.rank)
+
+    @property
+    def feedforward(self) -> bool:
+        return bool(set(self.linear.parts) & adapters.FEEDFORWARD_PARTS)
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,10 @@ class Stack:
     precision: str             # resolved (never "auto")
     attn: str                  # the attention path transformers really takes
     notes: tuple[str, ...]
+    # Adapter tensors outside the adapted Linears (physics/adapters.py extra_params): trainable (elements, count)
+    # and frozen elements.
+    extra_trainable: tuple[tuple[int, int], ...] = ()
+    extra_frozen_params: int = 0
 
 
 def resolve_precision(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, str | None]:
@@ -134,9 +151,9 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     logits_bytes = compute_bytes if not (setup.method == "qlora" and setup.kbit_upcast and not autocast
                                                  and not zero_dtype) else 4
     lora_modules: tuple[LoraModule, ...] = ()
-    if setup.method in ("lora", "qlora"):
+    if setup.method in LINEAR_ADAPTER_METHODS:
         targets = set(setup.lora_targets)
-        lora_modules = tuple(LoraModule(lin, setup.lora_rank) for lin in layer_linears(spec)
+        lora_modules = tuple(LoraModule(lin, setup.lora_rank, setup.method) for lin in layer_linears(spec)
                              if set(lin.parts) & targets and lin.parts not in (("experts",), ("router",)))
         if spec.is_moe and targets & {"gate", "up", "down"}:
             notes.append("MoE experts are stacked 3-D parameters in transformers v5, not nn.Linear: LoRA "
@@ -158,4 +175,11 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                  keeps_logits=recipe.keeps_logits,
                  logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,
                  ckpt_offload=setup.ckpt_offload, kbit_upcast=setup.kbit_upcast,
-                 precision=precision, attn=attn, notes=tuple(notes))
+                 precision=precision, attn=attn, notes=tuple(notes),
+                 **_extras(spec, setup, lora_modules))
+
+
+def _extras(spec: ModelSpec, setup: TrainingSetup, lora_modules: tuple[LoraModule, ...]) -> dict:
+    trainable, frozen = adapters.extra_params(spec, setup.method, setup.lora_rank, setup.num_virtual_tokens,
+                                              [m.linear for m in lora_modules])
+    return dict(extra_trainable=trainable, extra_frozen_params=frozen)

@@ -59,20 +59,22 @@ def base_weight_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tu
 
 
 def lora_params(stack: Stack) -> int:
-    return stack.lora_layers * sum(m.params for m in stack.lora_modules)
+    """Every adapter element, trainable or frozen (LoRA-FA's A, VeRA's shared projections)."""
+    return stack.lora_layers * sum(m.params for m in stack.lora_modules) + stack.extra_frozen_params + \
+        sum(n * k for n, k in stack.extra_trainable)
 
 
 def trainable_params(spec: ModelSpec, stack: Stack) -> int:
-    return count_params(spec).total if stack.base_trainable else lora_params(stack)
+    if stack.base_trainable:
+        return count_params(spec).total
+    return sum(n * k for n, k in trainable_tensor_sizes(spec, stack))
 
 
 def trainable_tensor_sizes(spec: ModelSpec, stack: Stack) -> list[tuple[int, int]]:
     """(elements, how many such tensors) for every trainable tensor: drives 8-bit and paged thresholds."""
     if not stack.base_trainable:
-        out = []
-        for m in stack.lora_modules:
-            out += [(m.rank * m.linear.d_in, stack.lora_layers), (m.rank * m.linear.d_out, stack.lora_layers)]
-        return out
+        out = [(n, stack.lora_layers) for m in stack.lora_modules for n in m.tensors]
+        return out + list(stack.extra_trainable)
     counts = count_params(spec)
     out = [(spec.vocab_size * spec.hidden_size, 1)]
     if spec.position_embeddings:
@@ -131,9 +133,14 @@ def optimizer_state_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -
 
 
 def _adafactor_bytes(spec: ModelSpec, stack: Stack) -> int:
-    if not stack.base_trainable:
+    if not stack.base_trainable and all(m.kind in ("lora", "qlora") for m in stack.lora_modules) and \
+            not stack.extra_trainable:
         return stack.lora_layers * sum(4 * (m.rank + m.linear.d_in) + 4 * (m.linear.d_out + m.rank)
                                        for m in stack.lora_modules)
+    if not stack.base_trainable:
+        # Other adapters: vectors keep a full fp32 second moment; matrices are treated as unfactored (an upper
+        # bound: Adafactor factors 2-D tensors, which is rows + cols).
+        return 4 * sum(n * k for n, k in trainable_tensor_sizes(spec, stack))
     h, v = spec.hidden_size, spec.vocab_size
     per_layer = sum(4 * (lin.d_in + lin.d_out) * lin.copies + (4 * lin.d_out if lin.bias else 0)
                     for lin in layer_linears(spec))

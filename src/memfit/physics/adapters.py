@@ -1,0 +1,189 @@
+"""PEFT methods besides plain LoRA: what each keeps in memory, one small record per method, read from peft 0.21.2.
+
+Per adapted Linear a method has trainable tensors (`module_tensors`), frozen adapter tensors
+(`module_frozen_params`), bytes it saves for backward per token (`saved_per_token`) and weight-sized tensors it
+saves for backward once per module (`saved_per_module`: the materialized delta weight that F.linear keeps). The
+whole-model extras (VeRA's shared projections, virtual-token embeddings, LN tuning's norm copies) are in
+`extra_params`. Paths below are in peft 0.21.2 (src/peft/tuners/...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# IA3 scales the input of its "feedforward" modules and the output of the others; PEFT's default feedforward
+# module is the MLP's down projection (peft utils/constants.py TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING:
+# llama down_proj, gpt2 mlp.c_proj).
+FEEDFORWARD_PARTS = frozenset({"down"})
+# PEFT's default targets where they differ from LoRA's q,v (utils/constants.py
+# TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING, llama: k_proj, v_proj, down_proj).
+DEFAULT_TARGETS = {"ia3": ("k", "v", "down")}
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    keeps: str          # one line: what it keeps in memory beyond the frozen base (README table)
+    source: str         # where its forward is
+
+
+METHODS = {m.name: m for m in (
+    Method("lora", "A (r x in) and B (out x r) per module; saves the adapter's input copy and the r-wide "
+           "intermediate", "tuners/lora/layer.py Linear.forward"),
+    Method("dora", "LoRA plus a magnitude vector (out); saves LoRA's tensors plus the base output and the LoRA "
+           "output (2 x out per token: (m/||W||-1)*base + m/||W||*lora)",
+           "tuners/lora/dora.py DoraLinearLayer.forward:132-166"),
+    Method("lora-fa", "LoRA with A frozen: no gradient or optimizer state for A, and lora_A saves no input "
+           "(only B's r-wide input)", "optimizers/lorafa.py create_lorafa_optimizer (A.requires_grad=False)"),
+    Method("adalora", "A (r x in), E (r) and B (out x r) per module; saves the input and the r-wide intermediate; "
+           "the orthogonality loss (A A^T, B^T B) is r x r", "tuners/adalora/layer.py SVDLinear.forward"),
+    Method("ia3", "one vector per module (out, or in for the feed-forward module); saves the scaled output (or "
+           "the input cast to the vector's dtype)", "tuners/ia3/layer.py Linear.forward:172-199"),
+    Method("loha", "2 x (A, B) pairs per module; materializes the out x in delta weight, which F.linear saves, "
+           "and the module input", "tuners/loha/layer.py HadaWeight, Linear._get_delta_activations"),
+    Method("lokr", "Kronecker factors per module; materializes the out x in delta weight, which F.linear saves, "
+           "and the module input", "tuners/lokr/layer.py get_delta_weight, make_kron"),
+    Method("vera", "shared frozen A (r x max in) and B (max out x r), per module lambda_d (r) and lambda_b (out); "
+           "saves the r-wide and out-wide products and 16-bit casts of the sliced projections",
+           "tuners/vera/layer.py Linear.forward:253-289"),
+    Method("ln-tuning", "a trainable copy of every norm; the norms save their normalized output",
+           "tuners/ln_tuning/layer.py LNTuningLayer.forward"),
+    Method("prompt", "a (virtual tokens x hidden) embedding; every activation covers s + virtual tokens",
+           "peft_model.py PeftModelForCausalLM.forward (inputs_embeds = cat(prompts, embeds))"),
+    Method("ptuning", "prompt tuning with a 3-layer MLP encoder (hidden -> hidden -> hidden -> hidden); "
+           "activations cover s + virtual tokens", "tuners/p_tuning/model.py PromptEncoder"),
+    Method("prefix", "a (virtual tokens x 2 x layers x kv width) embedding fed as past key/values: attention "
+           "keys and values are s + virtual tokens long and take a mask", "tuners/prefix_tuning/model.py, "
+           "peft_model.py get_prompt"),
+)}
+
+
+def lokr_factors(d_in: int, d_out: int, rank: int) -> tuple[int, ...]:
+    """Element counts of LoKr's trainable tensors for one Linear (peft tuners/lokr/layer.py update_layer:
+    shape ((out_l, out_k), (in_m, in_n)), w1 full unless decompose_both, w2 split into a rank-r pair when
+    r < max(out_k, in_n) / 2)."""
+    in_m, in_n = factorization(d_in)
+    out_l, out_k = factorization(d_out)
+    w1 = (out_l * in_m,)
+    w2 = (out_k * rank, rank * in_n) if rank < max(out_k, in_n) / 2 else (out_k * in_n,)
+    return w1 + w2
+
+
+def factorization(dimension: int) -> tuple[int, int]:
+    """peft tuners/lokr/layer.py factorization(dimension, factor=-1): the divisor pair nearest the square root,
+    smaller first."""
+    m, n = 1, dimension
+    while m < n:
+        new_m = m + 1
+        while dimension % new_m:
+            new_m += 1
+        new_n = dimension // new_m
+        if new_m + new_n > m + n:
+            break
+        m, n = new_m, new_n
+    return (m, n) if m <= n else (n, m)
+
+
+def module_tensors(method: str, d_in: int, d_out: int, rank: int, feedforward: bool) -> tuple[int, ...]:
+    """Element counts of the trainable tensors one adapted Linear adds."""
+    if method in ("lora", "qlora"):
+        return (rank * d_in, rank * d_out)
+    if method == "dora":
+        return (rank * d_in, rank * d_out, d_out)                  # lora_magnitude_vector: one per output row
+    if method == "lora-fa":
+        return (rank * d_out,)
+    if method == "adalora":
+        return (rank * d_in, rank, rank * d_out)                  # lora_A, lora_E, lora_B
+    if method == "ia3":
+        return (d_in if feedforward else d_out,)
+    if method == "loha":
+        return (d_out * rank, rank * d_in, d_out * rank, rank * d_in)
+    if method == "lokr":
+        return lokr_factors(d_in, d_out, rank)
+    if method == "vera":
+        return (rank, d_out)                                      # vera_lambda_d, vera_lambda_b
+    return ()
+
+
+def module_frozen_params(method: str, d_in: int, d_out: int, rank: int) -> int:
+    """Frozen adapter elements per module: LoRA-FA's A, AdaLoRA's ranknum."""
+    if method == "lora-fa":
+        return rank * d_in
+    if method == "adalora":
+        return 1
+    return 0
+
+
+def saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: int, out_bytes: int,
+                    adapter_bytes: int, autocast: bool, feedforward: bool) -> tuple[int, int]:
+    """(bytes this module's adapter saves per token, bytes of a copy of the input it shares with the other
+    modules reading the same tensor). `in_bytes`: the input's dtype; `adapter_bytes`: the adapter's;
+    `out_bytes`: the base Linear's output dtype. Under autocast every matmul runs in
+    16 bits on a cast of its fp32 operands, and the cast is what is saved."""
+    ad = adapter_bytes
+    mm = 2 if autocast else ad                                 # dtype of the adapter's matmul operands
+    if method == "lora-fa":
+        # lora_A's weight is frozen: it saves no input; lora_B saves its r-wide input.
+        return mm * rank, 0
+    if method == "dora":
+        # LoRA's saves, then (m/||W|| - 1) * base_result saves base_result (16-bit base output) and
+        # m/||W|| * lora_result saves lora_result (the adapter's output, in the matmul dtype).
+        lora = (d_in * mm if (autocast or in_bytes != ad) else 0) + mm * rank
+        shared = d_in * ad if not autocast and in_bytes == ad else 0
+        return lora + d_out * in_bytes + d_out * mm, shared
+    if method == "adalora":
+        # dropout(x) @ (A * E).T saves x (cast to the adapter dtype, then to 16 bits under autocast) and A*E;
+        # the r-wide intermediate is saved for @ B.T.
+        own = (d_in * mm if (autocast or in_bytes != ad) else 0) + mm * rank
+        shared = d_in * ad if not autocast and in_bytes == ad else 0
+        return own, shared
+    if method == "ia3":
+        # Feed-forward: (x.to(l.dtype) * l) saves the cast input (x itself when already in l's dtype);
+        # others: result * l saves the base output.
+        if feedforward:
+            return (d_in * ad, 0) if in_bytes != ad else (0, d_in * ad)
+        return d_out * out_bytes, 0
+    if method in ("loha", "lokr"):
+        # F.linear(x, delta_weight): the delta trains, so x is saved (the module input itself, or its 16-bit cast
+        # when it is fp32 under autocast); shared by every module reading it.
+        return 0, d_in * (2 if autocast else in_bytes)
+    if method == "vera":
+        # x cast to lambda's dtype; F.linear(x, A) saves only the (16-bit) A slice (A is frozen); lambda_d * h
+        # saves h (r); F.linear(.., B) saves the B slice; lambda_b * out saves out.
+        return mm * rank + mm * d_out, 0
+    raise AssertionError(method)
+
+
+def saved_per_module(method: str, d_in: int, d_out: int, rank: int, autocast: bool, adapter_bytes: int) -> int:
+    """Weight-sized tensors saved for backward once per adapted module (not per token)."""
+    mm = 2 if autocast else adapter_bytes
+    if method in ("loha", "lokr"):
+        return d_in * d_out * mm                                # the delta weight F.linear keeps
+    if method == "vera":
+        return rank * (d_in + d_out) * mm if autocast else 0    # autocast casts of the sliced A and B
+    return 0
+
+
+def extra_params(spec, method: str, rank: int, virtual_tokens: int, linears) -> tuple[tuple[tuple[int, int], ...], int]:
+    """Adapter tensors that do not belong to one Linear: ((elements, count) of trainable tensors, frozen elements).
+    `linears`: the adapted Linears of one layer (VeRA sizes its shared projections by the largest)."""
+    h, p, L = spec.hidden_size, virtual_tokens, spec.num_layers
+    if method == "vera" and linears:
+        # vera_A (r x max in) and vera_B (max out x r), one frozen pair for the whole model (tuners/vera/model.py
+        # _init_vera_A_vera_B), kept as buffers.
+        return (), rank * (max(lin.d_in for lin in linears) + max(lin.d_out for lin in linears))
+    if method == "prompt":
+        return ((p * h, 1),), 0                                   # PromptEmbedding: nn.Embedding(p, h)
+    if method == "ptuning":
+        # PromptEncoder MLP with encoder_hidden_size = hidden: Embedding(p, h) + 3 Linear(h, h) with biases.
+        return ((p * h, 1), (h * h, 3), (h, 3)), 0
+    if method == "prefix":
+        # PrefixEncoder without projection: Embedding(p, layers x 2 x kv width) (peft/utils/other.py #1901 uses
+        # the key/value heads' width for grouped-query attention).
+        return ((p * L * 2 * spec.kv_dim, 1),), 0
+    if method == "ln-tuning":
+        # A trainable deepcopy of every norm (tuners/ln_tuning/layer.py update_layer); the originals stay.
+        per_norm = h * (2 if spec.norm_bias else 1)
+        n = L * spec.norms_per_layer + 1
+        return ((per_norm, n),), n * per_norm
+    return (), 0

@@ -1,0 +1,74 @@
+"""The PEFT config the trace applies for each adapter method (peft 0.21.2), built from the same Stack the
+analytic estimate reads, so both price the same modules.
+
+The configs follow each method's PEFT defaults except where memfit's options set them: rank, targets, dropout,
+the layers that train, the virtual tokens. LoRA-FA is PEFT LoRA with lora_A frozen (peft 0.21.2
+src/peft/optimizers/lorafa.py create_lorafa_optimizer sets `requires_grad = False` on every lora_A weight).
+"""
+
+from __future__ import annotations
+
+from ..physics.adapters import FEEDFORWARD_PARTS
+from ..physics.stack import Stack
+from ..setup import TrainingSetup
+from ..spec import ModelSpec
+
+
+def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
+    """The PEFT config for `setup.method` (not LoRA/QLoRA, which trace/build.py applies)."""
+    import peft
+
+    method = setup.method
+    names = sorted({m.linear.name for m in stack.lora_modules})
+    layers = {}
+    if stack.lora_layers < spec.num_layers:
+        layers["layers_to_transform"] = list(range(spec.num_layers - stack.lora_layers, spec.num_layers))
+    r = setup.lora_rank
+    common = dict(target_modules=names, task_type="CAUSAL_LM", **layers)
+    if method in ("dora", "lora-fa"):
+        return peft.LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=setup.lora_dropout, bias="none",
+                               use_dora=method == "dora", **common)
+    if method == "adalora":
+        # total_step is required by AdaLoraConfig; the schedule does not change what one step keeps.
+        return peft.AdaLoraConfig(init_r=r, target_r=max(1, r * 2 // 3), lora_alpha=2 * r,
+                                  lora_dropout=setup.lora_dropout, total_step=1000, **common)
+    if method == "ia3":
+        ff = sorted({m.linear.name for m in stack.lora_modules if set(m.linear.parts) & FEEDFORWARD_PARTS})
+        return peft.IA3Config(feedforward_modules=ff, **common)
+    if method == "loha":
+        return peft.LoHaConfig(r=r, alpha=r, **common)
+    if method == "lokr":
+        return peft.LoKrConfig(r=r, alpha=r, **common)
+    if method == "vera":
+        return peft.VeraConfig(r=r, vera_dropout=setup.lora_dropout, **common)
+    if method == "ln-tuning":
+        return peft.LNTuningConfig(target_modules=_norm_names(spec), task_type="CAUSAL_LM")
+    n = setup.num_virtual_tokens
+    if method == "prompt":
+        return peft.PromptTuningConfig(num_virtual_tokens=n, task_type="CAUSAL_LM")
+    if method == "ptuning":
+        return peft.PromptEncoderConfig(num_virtual_tokens=n, encoder_hidden_size=spec.hidden_size,
+                                        task_type="CAUSAL_LM")
+    if method == "prefix":
+        return peft.PrefixTuningConfig(num_virtual_tokens=n, task_type="CAUSAL_LM")
+    raise AssertionError(f"no PEFT config for method {method}")   # options.PEFT_METHODS lists those handled
+
+
+def _norm_names(spec: ModelSpec) -> list[str]:
+    """The per-layer norms LN tuning trains: PEFT's default targets for llama are input_layernorm and
+    post_attention_layernorm (peft 0.21.2 utils/constants.py TRANSFORMERS_MODELS_TO_LN_TUNING_TARGET_MODULES_MAPPING);
+    for other families the norm modules the model names."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LN_TUNING_TARGET_MODULES_MAPPING as mapping
+
+    return list(mapping.get(spec.model_type, ["input_layernorm", "post_attention_layernorm"]))
+
+
+def apply(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
+    from peft import get_peft_model
+
+    model = get_peft_model(model, peft_config(spec, setup, stack), autocast_adapter_dtype=stack.adapter_bytes == 4)
+    if setup.method == "lora-fa":
+        for name, p in model.named_parameters():
+            if ".lora_A." in name:
+                p.requires_grad_(False)
+    return model
