@@ -150,7 +150,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         mixed_casts -= 2 * sum(lin.weight_params for lin in first)
     if setup.method == "qlora" and stack.autocast and stack.kbit_upcast:
         mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
-    adapter_casts = 2 * states.lora_params(stack) if (stack.autocast and stack.adapter_bytes == 4) else 0
+    adapter_casts = states.adapter_saved_weight_bytes(stack, spec.num_layers)
     per = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
     grads = states.gradient_bytes(spec, setup, stack)
     head_grad = ((counts.lm_head or spec.vocab_size * spec.hidden_size) + counts.final_norm) * per \

@@ -133,8 +133,8 @@ def saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: int
         return lora + d_out * in_bytes + d_out * mm, shared
     if method == "adalora":
         # dropout(x) @ (A * E).T saves x (cast to the adapter dtype, then to 16 bits under autocast) and A*E;
-        # the r-wide intermediate is saved for @ B.T.
-        own = (d_in * mm if (autocast or in_bytes != ad) else 0) + mm * rank
+        # the r-wide intermediate is saved for @ B.T; `/ ranknum` saves the out-wide product (layer.py:195).
+        own = (d_in * mm if (autocast or in_bytes != ad) else 0) + mm * rank + mm * d_out
         shared = d_in * ad if not autocast and in_bytes == ad else 0
         return own, shared
     if method == "ia3":
@@ -144,9 +144,14 @@ def saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: int
             return (d_in * ad, 0) if in_bytes != ad else (0, d_in * ad)
         return d_out * out_bytes, 0
     if method in ("loha", "lokr"):
-        # F.linear(x, delta_weight): the delta trains, so x is saved (the module input itself, or its 16-bit cast
-        # when it is fp32 under autocast); shared by every module reading it.
-        return 0, d_in * (2 if autocast else in_bytes)
+        # F.linear(x.to(delta.dtype), delta) (loha/layer.py _get_delta_activations, lokr/layer.py:336-343): the
+        # delta trains, so the input is saved. When the input already has the delta's dtype it is the module input
+        # itself, shared by every module reading it; otherwise each module saves its own cast (under autocast the
+        # 16-bit re-cast of that copy).
+        delta = _delta_bytes(method, adapter_bytes, autocast)
+        if in_bytes == delta:
+            return 0, d_in * in_bytes
+        return d_in * (2 if autocast else delta), 0
     if method == "vera":
         # x cast to lambda's dtype; F.linear(x, A) saves only the (16-bit) A slice (A is frozen); lambda_d * h
         # saves h (r); F.linear(.., B) saves the B slice; lambda_b * out saves out.
@@ -154,11 +159,33 @@ def saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: int
     raise AssertionError(method)
 
 
+def autocast_cast_elements(method: str, d_in: int, d_out: int, rank: int) -> int:
+    """Adapter elements whose 16-bit casts live until backward under autocast with fp32 adapters: the operands of
+    the adapter's matmuls (autocast caches casts of leaf parameters that need grad; F.linear saves the cast
+    weight for the input's gradient). Elementwise-only adapters (IA3, VeRA's lambdas) and torch.kron (LoKr's w1)
+    are not autocast ops."""
+    if method in ("lora", "qlora", "dora", "lora-fa"):
+        return rank * (d_in + d_out)
+    if method == "adalora":
+        # (A*E).T and B.T in the forward, and the orthogonality term's p @ p.T, which casts p and p.T separately
+        # (adalora/model.py forward:239-256).
+        return 3 * rank * (d_in + d_out)
+    # LoHa and LoKr: HadaWeight / torch.kron save the fp32 factors themselves; the casts autocast caches for their
+    # matmuls are freed when the forward ends.
+    return 0
+
+
+def _delta_bytes(method: str, adapter_bytes: int, autocast: bool) -> int:
+    """dtype of the delta weight LoHa / LoKr build: LoHa's is a product of matmuls (16-bit under autocast);
+    LoKr's torch.kron promotes to the fp32 factor w1 (kron is not an autocast op)."""
+    return 2 if (method == "loha" and autocast) else adapter_bytes
+
+
 def saved_per_module(method: str, d_in: int, d_out: int, rank: int, autocast: bool, adapter_bytes: int) -> int:
     """Weight-sized tensors saved for backward once per adapted module (not per token)."""
     mm = 2 if autocast else adapter_bytes
     if method in ("loha", "lokr"):
-        return d_in * d_out * mm                                # the delta weight F.linear keeps
+        return d_in * d_out * (2 if autocast else _delta_bytes(method, adapter_bytes, autocast))
     if method == "vera":
         return rank * (d_in + d_out) * mm if autocast else 0    # autocast casts of the sliced A and B
     return 0

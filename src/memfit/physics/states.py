@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..params import count_params, layer_linears
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
+from . import adapters
 from .stack import Stack
 
 # bitsandbytes 4-bit: blocksize 64 with one fp32 absmax each; double quant stores absmax as uint8 plus one fp32
@@ -62,6 +63,21 @@ def lora_params(stack: Stack) -> int:
     """Every adapter element, trainable or frozen (LoRA-FA's A, VeRA's shared projections)."""
     return stack.lora_layers * sum(m.params for m in stack.lora_modules) + stack.extra_frozen_params + \
         sum(n * k for n, k in stack.extra_trainable)
+
+
+def adapter_saved_weight_bytes(stack: Stack, num_layers: int) -> int:
+    """Weight-sized tensors of the adapters kept until backward: 16-bit casts of fp32 adapter weights under
+    autocast, and the delta weights some methods materialize and hand to F.linear (physics/adapters.py)."""
+    casts = 0
+    if stack.autocast and stack.adapter_bytes == 4:
+        casts = 2 * sum(adapters.autocast_cast_elements(m.kind, m.linear.d_in, m.linear.d_out, m.rank)
+                        for m in stack.lora_modules)
+    deltas = sum(adapters.saved_per_module(m.kind, m.linear.d_in, m.linear.d_out, m.rank, stack.autocast,
+                                           stack.adapter_bytes) for m in stack.lora_modules)
+    # In the first layer (when it is adapted) the input comes from the frozen embedding and needs no gradient:
+    # F.linear keeps the delta weight only to compute the input's gradient.
+    delta_layers = stack.lora_layers - (1 if stack.lora_layers == num_layers else 0)
+    return stack.lora_layers * casts + delta_layers * deltas
 
 
 def trainable_params(spec: ModelSpec, stack: Stack) -> int:

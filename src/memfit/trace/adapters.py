@@ -71,4 +71,18 @@ def apply(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
         for name, p in model.named_parameters():
             if ".lora_A." in name:
                 p.requires_grad_(False)
+    if setup.method in ("loha", "lokr"):
+        # LyCORIS layers draw `torch.rand(1) > module_dropout` every forward (peft tuners/lycoris_utils.py:241);
+        # a fake tensor cannot be turned into a bool. With module_dropout 0 (the default) the draw always passes.
+        for module in model.modules():
+            if hasattr(module, "module_dropout"):
+                for name in list(module.module_dropout):
+                    module.module_dropout[name] = _AlwaysBelow()
     return model
+
+
+class _AlwaysBelow:
+    """Compares below any tensor: `torch.rand(1) > _AlwaysBelow()` is True without reading the tensor."""
+
+    def __lt__(self, other):
+        return True
