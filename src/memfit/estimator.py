@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import sharding, states
+from .physics.adapters import virtual_tokens
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
@@ -72,9 +73,10 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
 
         return estimate_mlx(spec, setup)
     spec = _as_built_by(spec, setup)
-    static = _static_parts(spec, setup)
-    parts = _token_parts(spec, setup, static)
-    phases = _phases(spec, setup, static["stack"], parts)
+    run = _as_run(setup)
+    static = _static_parts(spec, run)
+    parts = _token_parts(spec, run, static)
+    phases = _phases(spec, run, static["stack"], parts)
     totals = {name: sum(parts_.values()) for name, parts_ in phases.items()}
     peak_phase = max(totals, key=totals.__getitem__)
     peak_parts, allocated = phases[peak_phase], totals[peak_phase]
@@ -114,6 +116,12 @@ def _as_built_by(spec: ModelSpec, setup: TrainingSetup) -> ModelSpec:
         **overrides, exact_params=None, notes=spec.notes + (f"as built by {setup.recipe}",)))
 
 
+def _as_run(setup: TrainingSetup) -> TrainingSetup:
+    """The sequence the model really processes: prompt and p-tuning prepend their virtual tokens."""
+    extra = virtual_tokens(setup.method, setup.num_virtual_tokens)
+    return setup.replace(seq_len=setup.seq_len + extra) if extra else setup
+
+
 _ARCH_CACHE: dict[tuple, ModelSpec] = {}
 _STATIC_CACHE: dict[tuple, dict] = {}
 _STATIC_CACHE_MAX = 4096
@@ -124,7 +132,7 @@ def _static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     (memfit max) re-estimate thousands of times with only those changed."""
     # Whether a sliding window is shorter than the sequence changes the layer walk (its layers take a mask).
     windowed = bool(spec.sliding_window and setup.seq_len > spec.sliding_window)
-    key = (spec, setup.shape_free_key(), windowed)
+    key = (spec, setup.shape_free_key(), windowed, setup.seq_len if setup.method == "prefix" else 0)
     cached = _STATIC_CACHE.get(key)
     if cached is None:
         if len(_STATIC_CACHE) >= _STATIC_CACHE_MAX:
@@ -150,7 +158,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         mixed_casts -= 2 * sum(lin.weight_params for lin in first)
     if setup.method == "qlora" and stack.autocast and stack.kbit_upcast:
         mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
-    adapter_casts = states.adapter_saved_weight_bytes(stack, spec.num_layers)
+    adapter_casts = states.adapter_saved_weight_bytes(spec, stack)
     per = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
     grads = states.gradient_bytes(spec, setup, stack)
     head_grad = ((counts.lm_head or spec.vocab_size * spec.hidden_size) + counts.final_norm) * per \

@@ -26,6 +26,8 @@ class _Walk:
         self.spec, self.setup, self.st = spec, setup, stack
         self.per_token = 0
         self.per_token_position = 0
+        # LN tuning trains a copy of every norm (physics/adapters.py): the norms save their normalized output.
+        self.norms_train = stack.base_trainable or stack.method == "ln-tuning"
 
     def add(self, per_token_bytes: int) -> None:
         self.per_token += per_token_bytes
@@ -110,7 +112,7 @@ class _Walk:
         a = spec.num_heads
         attn = st.attn
 
-        x = self.norm(h, res, train) if not _post_norm(spec) else res
+        x = self.norm(h, res, self.norms_train) if not _post_norm(spec) else res
         attn_in_consumers = 1 if spec.fused_qkv else 3
         mlp_shares_input = spec.parallel_attn_mlp and spec.norms_per_layer == 1
         if mlp_shares_input:
@@ -166,12 +168,12 @@ class _Walk:
             self.add(h)                                # bool dropout mask on CUDA
 
         if _post_norm(spec):
-            self.norm(h, lin_out, train)               # OLMo 2: norm on the attention output
+            self.norm(h, lin_out, self.norms_train)               # OLMo 2: norm on the attention output
         if spec.norms_per_layer == 4:
-            self.norm(h, lin_out, train)               # Gemma 2/3 post_attention_layernorm
+            self.norm(h, lin_out, self.norms_train)               # Gemma 2/3 post_attention_layernorm
         if not mlp_shares_input:
             # GPT-NeoX's parallel residual: both norms read the same layer input.
-            y = self.norm(h, res, train, input_shared=spec.parallel_attn_mlp) if not _post_norm(spec) else res
+            y = self.norm(h, res, self.norms_train, input_shared=spec.parallel_attn_mlp) if not _post_norm(spec) else res
             self.linear_inputs(h, y, 1 if spec.fused_gate_up or spec.mlp_kind == "plain" else 2)
             self.lora({"gate", "up"}, h, y)
         else:
@@ -180,7 +182,7 @@ class _Walk:
         # under autocast); other linears return the compute dtype.
         self.mlp(y if st.method == "qlora" else lin_out, train)
         if _post_norm(spec) or spec.norms_per_layer == 4:
-            self.norm(h, lin_out, train)               # post_feedforward_layernorm
+            self.norm(h, lin_out, self.norms_train)               # post_feedforward_layernorm
         if spec.resid_dropout > 0:
             self.add(h)
         return self.coefficients
@@ -224,6 +226,11 @@ def _post_norm(spec: ModelSpec) -> bool:
 def layer_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, int]:
     """(bytes per token, bytes per token per position) one decoder layer saves, averaged over the layers.
     Independent of b; a sliding window shorter than the sequence makes its layers' SDPA take a mask."""
+    if stack.method == "prefix":
+        per_token, per_position = _Walk(spec, setup.replace(padding=True), stack).layer()
+        attn_bytes = 2 if stack.autocast else stack.compute_bytes
+        return per_token + adapters.prefix_extra_per_token(spec, setup.num_virtual_tokens, setup.seq_len,
+                                                          attn_bytes), per_position
     plain = _Walk(spec, setup, stack).layer()
     window = spec.sliding_window
     if not window or setup.seq_len <= window or setup.padding or stack.attn != "sdpa":
@@ -280,7 +287,8 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
     with it, only checkpoints and the top layer's recomputation are alive)."""
     walk = _Walk(spec, setup, stack)
     train = stack.base_trainable
-    if not train and stack.lora_layers == spec.num_layers and not _post_norm(spec) and not setup.grad_ckpt:
+    if not train and stack.lora_layers == spec.num_layers and not _post_norm(spec) and not setup.grad_ckpt and \
+            not adapters.first_layer_input_trains(stack.method):
         first = _Walk(spec, setup, stack)
         first.norm(spec.hidden_size, stack.residual_bytes, False)
         walk.add(-first.per_token)
@@ -288,7 +296,7 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
         walk.add(8)                                    # embedding saves the int64 indices
     if spec.embd_dropout > 0:
         walk.add(spec.hidden_size)
-    walk.norm(spec.hidden_size, stack.residual_bytes, train)
+    walk.norm(spec.hidden_size, stack.residual_bytes, walk.norms_train)
     walk.linear_inputs(spec.hidden_size, stack.residual_bytes, 1)
     walk.add(8)                                        # int64 labels saved by the loss
     return walk.per_token

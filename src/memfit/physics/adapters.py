@@ -209,8 +209,42 @@ def extra_params(spec, method: str, rank: int, virtual_tokens: int, linears) -> 
         # the key/value heads' width for grouped-query attention).
         return ((p * L * 2 * spec.kv_dim, 1),), 0
     if method == "ln-tuning":
-        # A trainable deepcopy of every norm (tuners/ln_tuning/layer.py update_layer); the originals stay.
+        # A trainable deepcopy of every norm and the final norm (tuners/ln_tuning/layer.py update_layer:48), in
+        # the norm's own dtype; the frozen originals are part of the base weights.
         per_norm = h * (2 if spec.norm_bias else 1)
-        n = L * spec.norms_per_layer + 1
-        return ((per_norm, n),), n * per_norm
+        return ((per_norm, L * spec.norms_per_layer + 1),), 0
     return (), 0
+
+
+def virtual_tokens(method: str, num_virtual_tokens: int) -> int:
+    """Positions prompt and p-tuning add to every sequence: PEFT concatenates the virtual-token embeddings in front
+    of the input embeddings and pads the labels with -100 (peft_model.py PeftModelForCausalLM.forward), so every
+    layer, the logits and the loss run on s + virtual tokens."""
+    return num_virtual_tokens if method in ("prompt", "ptuning") else 0
+
+
+def first_layer_input_trains(method: str) -> bool:
+    """The first layer's input needs a gradient: the trainable virtual-token embeddings are part of it."""
+    return method in ("prompt", "ptuning")
+
+
+def own_dtype(method: str) -> bool:
+    """The adapter keeps its base module's dtype: LN tuning's norm copies are deepcopies of the 16-bit norms, and
+    get_peft_model leaves them so (checked on the model peft 0.21.2 builds: the ln_tuning_layers weights are bf16
+    for a bf16 model, unlike the fp32 adapters tuners_utils.py cast_adapter_dtype makes of LoRA-type layers)."""
+    return method == "ln-tuning"
+
+
+def extra_cast_elements(spec, method: str) -> int:
+    """Elements of whole-model adapter weights whose 16-bit casts autocast keeps until backward: p-tuning's MLP
+    encoder runs three Linear(h, h) under autocast, and F.linear saves each cast weight (tuners/p_tuning/model.py
+    PromptEncoder.forward)."""
+    return 3 * spec.hidden_size ** 2 if method == "ptuning" else 0
+
+
+def prefix_extra_per_token(spec, virtual: int, seq_len: int, attn_bytes: int) -> int:
+    """Prefix tuning, per token of one layer, beyond a padded-mask attention over s keys: the past key/values make
+    every key and value s + p long (DynamicCache.update concatenates them, repeat_kv expands them to the query
+    heads because a mask is present, and SDPA saves them), and the [b, 1, s, s + p] mask has p more columns
+    (transformers masking_utils builds it because the key length differs from the query length)."""
+    return virtual * attn_bytes + round(2 * virtual * spec.q_dim * attn_bytes / seq_len)

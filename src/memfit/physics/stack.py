@@ -144,6 +144,8 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                      "input to bf16, the weight copies stay alive until backward, and the residual stream "
                      "becomes fp32 (bf16 + fp16 promotes)")
     adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.method == "qlora" else weight_bytes)
+    if adapters.own_dtype(setup.method):
+        adapter_bytes = weight_bytes
     if zero_dtype:
         adapter_bytes = 2       # PEFT's fp32 adapters are cast with the rest of the module
     # `--loss chunked` is the stack's own chunked loss: LitGPT keeps its logit chunks, torchtune upcasts each.

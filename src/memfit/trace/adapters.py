@@ -42,7 +42,10 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     if method == "vera":
         return peft.VeraConfig(r=r, vera_dropout=setup.lora_dropout, **common)
     if method == "ln-tuning":
-        return peft.LNTuningConfig(target_modules=_norm_names(spec), task_type="CAUSAL_LM")
+        # target_modules None: PEFT's own per-family norm list (peft 0.21.2 utils/constants.py
+        # TRANSFORMERS_MODELS_TO_LNTUNING_TARGET_MODULES_MAPPING, llama: input_layernorm, post_attention_layernorm,
+        # norm).
+        return peft.LNTuningConfig(task_type="CAUSAL_LM")
     n = setup.num_virtual_tokens
     if method == "prompt":
         return peft.PromptTuningConfig(num_virtual_tokens=n, task_type="CAUSAL_LM")
@@ -54,19 +57,21 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     raise AssertionError(f"no PEFT config for method {method}")   # options.PEFT_METHODS lists those handled
 
 
-def _norm_names(spec: ModelSpec) -> list[str]:
-    """The per-layer norms LN tuning trains: PEFT's default targets for llama are input_layernorm and
-    post_attention_layernorm (peft 0.21.2 utils/constants.py TRANSFORMERS_MODELS_TO_LN_TUNING_TARGET_MODULES_MAPPING);
-    for other families the norm modules the model names."""
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LN_TUNING_TARGET_MODULES_MAPPING as mapping
-
-    return list(mapping.get(spec.model_type, ["input_layernorm", "post_attention_layernorm"]))
-
-
 def apply(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
+    import torch
     from peft import get_peft_model
 
-    model = get_peft_model(model, peft_config(spec, setup, stack), autocast_adapter_dtype=stack.adapter_bytes == 4)
+    # The base model lives on the meta device; a prompt encoder PEFT creates would be a real CPU module, which
+    # to_empty cannot swap for a fake tensor. Build everything PEFT adds on the meta device too.
+    with torch.device("meta"):
+        model = get_peft_model(model, peft_config(spec, setup, stack),
+                               autocast_adapter_dtype=stack.adapter_bytes == 4)
+    if "word_embeddings" in model._modules:
+        # Prompt learning keeps the model's input embedding a second time as PeftModel.word_embeddings
+        # (peft_model.py _setup_prompt_encoder); materializing the shared module twice under FakeTensorMode fails.
+        # Keep the reference as a plain attribute: the forward still finds it, to_empty visits the module once.
+        embedding = model._modules.pop("word_embeddings")
+        object.__setattr__(model, "word_embeddings", embedding)
     if setup.method == "lora-fa":
         for name, p in model.named_parameters():
             if ".lora_A." in name:
