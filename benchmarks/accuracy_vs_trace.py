@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from memfit import TrainingSetup, estimate, load_model  # noqa: E402
 from memfit.trace import trace  # noqa: E402
+from memfit.options import PEFT_METHODS  # noqa: E402
 from memfit.trace.measure import COUNTER_ROWS, compare  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -34,10 +35,22 @@ FAMILIES = ["llama-3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3
             "smollm2-135m", "pythia-160m", "stablelm-2-1.6b", "olmo-2-1b", "gpt2", "tinyllama-1.1b"]
 
 
+# The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
+PEFT_FAMILIES = ["smollm2-135m", "qwen2.5-0.5b", "gemma-3-1b"]
+
+
+def peft_cells():
+    for method, model in itertools.product(PEFT_METHODS, PEFT_FAMILIES):
+        yield model, dict(method=method, batch_size=1, seq_len=256)
+    for method in PEFT_METHODS:
+        yield "smollm2-135m", dict(method=method, batch_size=2, seq_len=512, grad_ckpt=True)
+
+
 def matrix(quick: bool):
     if quick:
         for model, method in itertools.product(FAMILIES, ("full", "lora", "qlora")):
             yield model, dict(method=method, batch_size=1, seq_len=256)
+        yield from peft_cells()
         return
     cells = []
     for method, batch, length, ckpt, attn, model in itertools.product(
@@ -48,6 +61,7 @@ def matrix(quick: bool):
     # A fixed shuffle: when the time budget cuts the run short, what was traced is a sample of every
     # dimension (family, method, batch, length, checkpointing, attention), not the first rows of one.
     random.Random(0).shuffle(cells)
+    yield from peft_cells()
     yield from cells
 
 
@@ -86,7 +100,7 @@ def summarize(rows: list[dict]) -> dict:
         out["peak_allocated"] = {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
                                  "within_2pct": sum(e <= 0.02 for e in errors) / len(errors),
                                  "within_5pct": sum(e <= 0.05 for e in errors) / len(errors)}
-    for method in ("full", "lora", "qlora"):
+    for method in ("full", "lora", "qlora") + PEFT_METHODS:
         errs = [abs(r["peak_allocated_error"]) for r in done if r["setup"]["method"] == method]
         if errs:
             out[method] = {"n": len(errs), "median_abs_error": statistics.median(errs), "worst_abs_error": max(errs)}
@@ -111,6 +125,11 @@ def markdown(report: dict, quick: bool) -> str:
                   "| family | n | median | worst |", "|---|---|---|---|"]
         for model, st in s["per_family"].items():
             lines.append(f"| {model} | {st['n']} | {st['median_abs_error']:.2%} | {st['worst_abs_error']:.2%} |")
+        methods = [m for m in ("full", "lora", "qlora") + PEFT_METHODS if m in s]
+        if methods:
+            lines += ["", "| method | n | median | worst |", "|---|---|---|---|"]
+            for m in methods:
+                lines.append(f"| {m} | {s[m]['n']} | {s[m]['median_abs_error']:.2%} | {s[m]['worst_abs_error']:.2%} |")
     worst = sorted((r for r in report["rows"] if "peak_allocated_error" in r),
                    key=lambda r: -abs(r["peak_allocated_error"]))[:10]
     lines += ["", "Worst setups (which component is off):", "",

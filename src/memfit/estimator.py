@@ -21,6 +21,7 @@ from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
 from .recipes import get_recipe
+from .options import PEFT_METHODS
 from .setup import OPTIMIZERS, TrainingSetup
 from .spec import ModelSpec
 
@@ -166,7 +167,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     embed_grad = counts.embedding * per if stack.base_trainable and not setup.optimizer_in_backward else 0
     layer_casts = 2 * counts.layer_linear_weights if mixed_casts else 0
     static = dict(
-        stack=stack, weights=weights, quant=quant_consts, adapter=states.lora_params(stack) * stack.adapter_bytes,
+        stack=stack, weights=weights, quant=quant_consts, adapter=states.adapter_weight_bytes(stack),
         grads=grads, opt=opt_state, paged=paged, step_temp=step_temp,
         layer_coeffs=act.layer_coefficients(spec, setup, stack), adapted_layers=act.adapted_layers(spec, stack),
         head_coeff=act.head_coefficient(spec, setup, stack),
@@ -198,7 +199,8 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     }
     static["sharded"] = sharding.apply(static, spec, setup, stack)
     static["notes"].update(sharding.notes(setup, stack))
-    band = error_band(setup.method)
+    # The PEFT methods besides LoRA share one band: the published method comparison has one row or two of each.
+    band = error_band("peft" if setup.method in PEFT_METHODS else setup.method)
     static["error_band"] = band
     static["assumptions"] = tuple(_assumptions(spec, setup, stack, static)) + ((
         f"expected error for {setup.method}: {band['low']:+.0%} to {band['high']:+.0%} against {band['n']} "

@@ -18,8 +18,8 @@ from typing import Mapping
 from .errors import InvalidSetupError, Problem, UsageError
 
 # The PEFT methods besides LoRA (physics/adapters.py has each one's memory and the PEFT source it follows).
-PEFT_METHODS = ("dora", "adalora", "ia3", "loha", "lokr", "vera", "prefix", "prompt", "ptuning", "ln-tuning",
-                "lora-fa")
+PEFT_METHODS = ("dora", "adalora", "ia3", "loha", "lokr", "vera", "oft", "boft", "fourierft", "prefix", "prompt",
+                "ptuning", "ln-tuning", "lora-fa")
 METHODS = ("full", "lora", "qlora") + PEFT_METHODS
 ADAPTER_METHODS = ("lora", "qlora") + PEFT_METHODS
 # Methods that change LoRA's initialisation, scaling or learning rates, never its tensors: they cost what LoRA
@@ -27,7 +27,10 @@ ADAPTER_METHODS = ("lora", "qlora") + PEFT_METHODS
 # peft optimizers/loraplus.py). Accepted as spellings of lora.
 LORA_EQUIVALENTS = {"rslora": "lora", "pissa": "lora", "olora": "lora", "lora-plus": "lora", "loraplus": "lora"}
 # Methods whose adapters sit in Linear layers (take --lora-rank and --lora-targets).
-LINEAR_ADAPTER_METHODS = ("lora", "qlora", "dora", "adalora", "ia3", "loha", "lokr", "vera", "lora-fa")
+LINEAR_ADAPTER_METHODS = ("lora", "qlora", "dora", "adalora", "ia3", "loha", "lokr", "vera", "oft", "boft",
+                          "fourierft", "lora-fa")
+# Those with a rank (OFT/BOFT have a block size, FourierFT a number of frequencies, IA3 neither).
+RANKED_METHODS = ("lora", "qlora", "dora", "adalora", "loha", "lokr", "vera", "lora-fa")
 VIRTUAL_TOKEN_METHODS = ("prefix", "prompt", "ptuning")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = {
@@ -150,8 +153,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            torchtune="loss._component_", trl="use_liger_kernel")),
     Option("loss", "choice", "the loss kernel (logits and cross-entropy memory)", default="hf",
            choices=tuple(LOSSES)),
-    Option("lora_rank", "int", "LoRA rank (for adalora its initial rank; loha, lokr, vera: their rank)", default=8, minimum=1, maximum=MAX_RANK,
-           methods=LINEAR_ADAPTER_METHODS,
+    Option("lora_rank", "int", "LoRA rank (for adalora its initial rank; loha, lokr, vera: their rank)", default=8,
+           minimum=1, maximum=MAX_RANK, methods=RANKED_METHODS,
            tool_keys=_keys(axolotl="lora_r", llamafactory="lora_rank", torchtune="model.lora_rank", trl="lora_r",
                            mlx="lora_parameters.rank")),
     Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}",
@@ -173,6 +176,10 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("num_virtual_tokens", "int", "virtual tokens prefix, prompt and p-tuning prepend (peft "
            "PromptLearningConfig.num_virtual_tokens)", default=20, unit="tokens", minimum=1, maximum=1 << 16,
            methods=VIRTUAL_TOKEN_METHODS),
+    Option("oft_block_size", "int", "OFT / BOFT block size (PEFT's defaults: oft 32, boft 4); it must divide each "
+           "adapted module's input width", minimum=1, maximum=1 << 16, methods=("oft", "boft")),
+    Option("n_frequency", "int", "FourierFT's trainable spectral entries per module (peft FourierFTConfig "
+           "n_frequency)", default=1000, minimum=1, maximum=1 << 30, methods=("fourierft",)),
     Option("padding", "bool", "batches carry a padding mask (not packed)", default=False),
     Option("gpus", "int", "GPUs per node", default=1, minimum=1, maximum=1 << 16),
     Option("nodes", "int", "nodes (machines), each with --gpus GPUs", default=1, minimum=1, maximum=4096),

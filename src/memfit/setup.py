@@ -20,7 +20,7 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       normalize)
 from .options import parse_targets as _parse_targets
 from .options import PEFT_METHODS
-from .physics.adapters import DEFAULT_TARGETS
+from .physics.adapters import DEFAULT_BLOCK_SIZE, DEFAULT_TARGETS
 from .recipes import CHUNKED_LOSSES, RECIPES
 
 _SHARDED = ("zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
@@ -52,6 +52,8 @@ class TrainingSetup:
     quant: str | None = None                    # QLoRA's 4-bit (or 8-bit) base
     kbit_upcast: bool | None = None             # prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
     num_virtual_tokens: int | None = None       # prefix / prompt / p-tuning: tokens prepended
+    oft_block_size: int | None = None           # OFT / BOFT block size (None: PEFT's default for the method)
+    n_frequency: int | None = None              # FourierFT spectral entries per module
     padding: bool | None = None                 # batches carry a padding mask (attention_mask with zeros)
     gpus: int | None = None                     # GPUs per node
     nodes: int | None = None
@@ -87,6 +89,8 @@ class TrainingSetup:
         # Defaults that follow from other fields.
         if "lora_targets" not in given and method in DEFAULT_TARGETS:
             values["lora_targets"] = DEFAULT_TARGETS[method]     # PEFT's own default for the method
+        if "oft_block_size" not in given:
+            values["oft_block_size"] = DEFAULT_BLOCK_SIZE.get(method)
         if "autocast" not in given:
             values["autocast"] = recipe.autocast if values["precision"] == "auto" else \
                 values["precision"].endswith("-mixed")

@@ -18,6 +18,37 @@ FEEDFORWARD_PARTS = frozenset({"down"})
 # PEFT's default targets where they differ from LoRA's q,v (utils/constants.py
 # TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING, llama: k_proj, v_proj, down_proj).
 DEFAULT_TARGETS = {"ia3": ("k", "v", "down")}
+# OFTConfig.oft_block_size = 32, BOFTConfig.boft_block_size = 4 (tuners/oft/config.py, tuners/boft/config.py).
+DEFAULT_BLOCK_SIZE = {"oft": 32, "boft": 4}
+
+
+def module_size(setup) -> int:
+    """The per-module size knob the records take as `rank`: LoRA's rank, OFT/BOFT's block size, FourierFT's
+    n_frequency."""
+    if setup.method in ("oft", "boft"):
+        return setup.oft_block_size
+    if setup.method == "fourierft":
+        return setup.n_frequency
+    return setup.lora_rank
+
+
+def check_modules(setup, linears) -> None:
+    """What PEFT refuses for these modules, refused the same way here (InvalidSetupError)."""
+    from ..errors import InvalidSetupError, Problem
+
+    problems = []
+    if setup.method in ("oft", "boft"):
+        bad = sorted({lin.d_in for lin in linears if lin.d_in % setup.oft_block_size})
+        if bad:
+            problems.append(Problem("oft_block_size", f"{{oft_block_size}} {setup.oft_block_size} does not divide the "
+                                    f"input width {', '.join(map(str, bad))} of the adapted modules (PEFT refuses it)"))
+    if setup.method == "fourierft":
+        small = sorted({lin.d_in * lin.d_out for lin in linears if lin.d_in * lin.d_out < setup.n_frequency})
+        if small:
+            problems.append(Problem("n_frequency", f"{{n_frequency}} {setup.n_frequency} exceeds the {small[0]} "
+                                    "entries of an adapted weight"))
+    if problems:
+        raise InvalidSetupError(problems)
 
 
 @dataclass(frozen=True)
@@ -102,6 +133,16 @@ def module_tensors(method: str, d_in: int, d_out: int, rank: int, feedforward: b
         return lokr_factors(d_in, d_out, rank)
     if method == "vera":
         return (rank, d_out)                                      # vera_lambda_d, vera_lambda_b
+    if method == "oft":
+        # OFTRotationModule.weight: (in / block, block * (block - 1) / 2), the skew-symmetric blocks' upper halves
+        # (tuners/oft/layer.py:92).
+        return (d_in // rank * (rank * (rank - 1) // 2),)
+    if method == "boft":
+        # boft_R (1, in / block, block, block) and boft_s (out, 1), one butterfly factor (BOFTConfig default
+        # boft_n_butterfly_factor=1; tuners/boft/layer.py update_layer).
+        return (d_in * rank, d_out)
+    if method == "fourierft":
+        return (rank,)                                            # fourierft_spectrum: n_frequency entries
     return ()
 
 
@@ -111,6 +152,17 @@ def module_frozen_params(method: str, d_in: int, d_out: int, rank: int) -> int:
         return rank * d_in
     if method == "adalora":
         return 1
+    return 0
+
+
+def module_buffer_bytes(method: str, d_in: int, rank: int) -> int:
+    """Buffers of one adapted module, in their own dtype: OFT's triu row and column indices, int64
+    (tuners/oft/layer.py:101); BOFT's butterfly permutation boft_P, an fp32 in x in matrix per butterfly factor
+    (tuners/boft/layer.py update_layer: register_buffer("boft_P", P))."""
+    if method == "oft":
+        return 2 * 8 * (rank * (rank - 1) // 2)
+    if method == "boft":
+        return 4 * d_in * d_in
     return 0
 
 
@@ -143,7 +195,15 @@ def saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: int
         if feedforward:
             return (d_in * ad, 0) if in_bytes != ad else (0, d_in * ad)
         return d_out * out_bytes, 0
-    if method in ("loha", "lokr"):
+    if method == "oft":
+        # OFTRotationModule.forward (tuners/oft/layer.py:243-283): x.to(fp32 weight dtype), then the einsum's bmm
+        # saves its own copy of x laid out block-major (16-bit under autocast); the base Linear is frozen.
+        return d_in * mm, 0
+    if method == "boft":
+        # x @ boft_rotation saves x (the module input, shared); result * boft_scale saves the base output
+        # (tuners/boft/layer.py Linear.forward).
+        return d_out * out_bytes, d_in * in_bytes
+    if method in ("loha", "lokr", "fourierft"):
         # F.linear(x.to(delta.dtype), delta) (loha/layer.py _get_delta_activations, lokr/layer.py:336-343): the
         # delta trains, so the input is saved. When the input already has the delta's dtype it is the module input
         # itself, shared by every module reading it; otherwise each module saves its own cast (under autocast the
@@ -176,19 +236,37 @@ def autocast_cast_elements(method: str, d_in: int, d_out: int, rank: int) -> int
 
 
 def _delta_bytes(method: str, adapter_bytes: int, autocast: bool) -> int:
-    """dtype of the delta weight LoHa / LoKr build: LoHa's is a product of matmuls (16-bit under autocast);
-    LoKr's torch.kron promotes to the fp32 factor w1 (kron is not an autocast op)."""
+    """dtype of the delta weight LoHa / LoKr / FourierFT build: LoHa's is a product of matmuls (16-bit under
+    autocast); LoKr's torch.kron promotes to the fp32 factor w1 (kron is not an autocast op); FourierFT's
+    ifft2 runs in fp32 and returns the spectrum's dtype (tuners/fourierft/layer.py:94-101)."""
     return 2 if (method == "loha" and autocast) else adapter_bytes
 
 
-def saved_per_module(method: str, d_in: int, d_out: int, rank: int, autocast: bool, adapter_bytes: int) -> int:
-    """Weight-sized tensors saved for backward once per adapted module (not per token)."""
+def saved_per_module(method: str, d_in: int, d_out: int, rank: int, autocast: bool, adapter_bytes: int,
+                     x_bytes: int) -> tuple[int, int]:
+    """Weight-sized tensors saved for backward once per adapted module (not per token): (always, only where the
+    module's input needs a gradient, i.e. not in a first layer fed by the frozen embedding, where F.linear keeps
+    no weight). `x_bytes`: the module input's dtype."""
     mm = 2 if autocast else adapter_bytes
-    if method in ("loha", "lokr"):
-        return d_in * d_out * (2 if autocast else _delta_bytes(method, adapter_bytes, autocast))
+    if method in ("loha", "lokr", "fourierft"):
+        # FourierFT's spectrum positions (2 x n_frequency int64, a plain attribute, not a buffer) are saved by the
+        # index_put that scatters the spectrum.
+        indices = 2 * rank * 8 if method == "fourierft" else 0
+        return indices, d_in * d_out * (2 if autocast else _delta_bytes(method, adapter_bytes, autocast))
     if method == "vera":
-        return rank * (d_in + d_out) * mm if autocast else 0    # autocast casts of the sliced A and B
-    return 0
+        return 0, (rank * (d_in + d_out) * mm if autocast else 0)   # autocast casts of the sliced A and B
+    if method == "oft":
+        # The Cayley-Neumann series (5 terms, OFTConfig default) saves the skew matrix and the bmm operands of its
+        # powers, six (in / block) x block x block tensors, and the einsum keeps the rotation for x's gradient
+        # (tuners/oft/layer.py:118-157, 243-283).
+        return 6 * d_in * rank * mm, d_in * rank * mm
+    if method == "boft":
+        # torch.linalg.solve's Cayley transform keeps three fp32 (in / block) x block x block tensors; boft_P cast
+        # to x's dtype and torch.eye(in) are kept by the bmm / matmul that build the rotation, and the in x in
+        # rotation by x @ rotation (tuners/boft/layer.py cayley_batch:453-468, Linear.forward).
+        copy_p = d_in * d_in * x_bytes if x_bytes != 4 else 0      # .to(x) of the fp32 buffer
+        return 3 * d_in * rank * 4 + copy_p + d_in * d_in * x_bytes, d_in * d_in * x_bytes
+    return 0, 0
 
 
 def extra_params(spec, method: str, rank: int, virtual_tokens: int, linears) -> tuple[tuple[tuple[int, int], ...], int]:

@@ -18,7 +18,7 @@ from . import adapters
 @dataclass(frozen=True)
 class LoraModule:
     linear: Linear
-    rank: int
+    rank: int                   # LoRA's rank; OFT/BOFT: the block size; FourierFT: n_frequency
     kind: str = "lora"          # the PEFT method (physics/adapters.py)
 
     @property
@@ -155,7 +155,8 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     lora_modules: tuple[LoraModule, ...] = ()
     if setup.method in LINEAR_ADAPTER_METHODS:
         targets = set(setup.lora_targets)
-        lora_modules = tuple(LoraModule(lin, setup.lora_rank, setup.method) for lin in layer_linears(spec)
+        size = adapters.module_size(setup)
+        lora_modules = tuple(LoraModule(lin, size, setup.method) for lin in layer_linears(spec)
                              if set(lin.parts) & targets and lin.parts not in (("experts",), ("router",)))
         if spec.is_moe and targets & {"gate", "up", "down"}:
             notes.append("MoE experts are stacked 3-D parameters in transformers v5, not nn.Linear: LoRA "
@@ -182,6 +183,7 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
 
 
 def _extras(spec: ModelSpec, setup: TrainingSetup, lora_modules: tuple[LoraModule, ...]) -> dict:
+    adapters.check_modules(setup, [m.linear for m in lora_modules])
     trainable, frozen = adapters.extra_params(spec, setup.method, setup.lora_rank, setup.num_virtual_tokens,
                                               [m.linear for m in lora_modules])
     return dict(extra_trainable=trainable, extra_frozen_params=frozen)

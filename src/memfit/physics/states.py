@@ -65,6 +65,12 @@ def lora_params(stack: Stack) -> int:
         sum(n * k for n, k in stack.extra_trainable)
 
 
+def adapter_weight_bytes(stack: Stack) -> int:
+    """The adapters' weights in the adapter dtype, and their buffers in their own (physics/adapters.py)."""
+    buffers = sum(adapters.module_buffer_bytes(m.kind, m.linear.d_in, m.rank) for m in stack.lora_modules)
+    return lora_params(stack) * stack.adapter_bytes + stack.lora_layers * buffers
+
+
 def adapter_saved_weight_bytes(spec: ModelSpec, stack: Stack) -> int:
     """Weight-sized tensors of the adapters kept until backward: 16-bit casts of fp32 adapter weights under
     autocast, and the delta weights some methods materialize and hand to F.linear (physics/adapters.py)."""
@@ -73,12 +79,15 @@ def adapter_saved_weight_bytes(spec: ModelSpec, stack: Stack) -> int:
         casts = 2 * sum(adapters.autocast_cast_elements(m.kind, m.linear.d_in, m.linear.d_out, m.rank)
                         for m in stack.lora_modules)
         extra = 2 * adapters.extra_cast_elements(spec, stack.method)
-    deltas = sum(adapters.saved_per_module(m.kind, m.linear.d_in, m.linear.d_out, m.rank, stack.autocast,
-                                           stack.adapter_bytes) for m in stack.lora_modules)
+    always = grad_only = 0
+    for m in stack.lora_modules:
+        a, g = adapters.saved_per_module(m.kind, m.linear.d_in, m.linear.d_out, m.rank, stack.autocast,
+                                         stack.adapter_bytes, stack.residual_bytes)
+        always, grad_only = always + a, grad_only + g
     # In the first layer (when it is adapted) the input comes from the frozen embedding and needs no gradient:
-    # F.linear keeps the delta weight only to compute the input's gradient.
-    delta_layers = stack.lora_layers - (1 if stack.lora_layers == spec.num_layers else 0)
-    return stack.lora_layers * casts + delta_layers * deltas + extra
+    # F.linear keeps the weight only to compute the input's gradient.
+    grad_layers = stack.lora_layers - (1 if stack.lora_layers == spec.num_layers else 0)
+    return stack.lora_layers * (casts + always) + grad_layers * grad_only + extra
 
 
 def trainable_params(spec: ModelSpec, stack: Stack) -> int:

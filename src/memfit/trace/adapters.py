@@ -8,6 +8,9 @@ src/peft/optimizers/lorafa.py create_lorafa_optimizer sets `requires_grad = Fals
 
 from __future__ import annotations
 
+import contextlib
+
+from ..options import VIRTUAL_TOKEN_METHODS
 from ..physics.adapters import FEEDFORWARD_PARTS
 from ..physics.stack import Stack
 from ..setup import TrainingSetup
@@ -41,6 +44,12 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
         return peft.LoKrConfig(r=r, alpha=r, **common)
     if method == "vera":
         return peft.VeraConfig(r=r, vera_dropout=setup.lora_dropout, **common)
+    if method == "oft":
+        return peft.OFTConfig(oft_block_size=setup.oft_block_size, r=0, **common)
+    if method == "boft":
+        return peft.BOFTConfig(boft_block_size=setup.oft_block_size, boft_block_num=0, **common)
+    if method == "fourierft":
+        return peft.FourierFTConfig(n_frequency=setup.n_frequency, **common)
     if method == "ln-tuning":
         # target_modules None: PEFT's own per-family norm list (peft 0.21.2 utils/constants.py
         # TRANSFORMERS_MODELS_TO_LNTUNING_TARGET_MODULES_MAPPING, llama: input_layernorm, post_attention_layernorm,
@@ -62,8 +71,9 @@ def apply(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     from peft import get_peft_model
 
     # The base model lives on the meta device; a prompt encoder PEFT creates would be a real CPU module, which
-    # to_empty cannot swap for a fake tensor. Build everything PEFT adds on the meta device too.
-    with torch.device("meta"):
+    # to_empty cannot swap for a fake tensor. Build it on the meta device too. (Tuner layers follow their base
+    # layer's device already, and BOFT computes its permutations with .item(), which the meta device refuses.)
+    with torch.device("meta") if setup.method in VIRTUAL_TOKEN_METHODS else contextlib.nullcontext():
         model = get_peft_model(model, peft_config(spec, setup, stack),
                                autocast_adapter_dtype=stack.adapter_bytes == 4)
     if "word_embeddings" in model._modules:
