@@ -3,6 +3,7 @@ architecture families x method x batch x length x checkpointing x attention.
 
     python benchmarks/accuracy_vs_trace.py            # the full matrix (tens of minutes on 2 cores)
     python benchmarks/accuracy_vs_trace.py --quick    # one small setup per family and method (CI runs this)
+    python benchmarks/accuracy_vs_trace.py --peft-only   # re-trace the PEFT-method cells, keep the rest
 
 Reports, per counter and per component group, the median and worst relative error of the estimate against
 the trace, and which component is off where. Writes benchmarks/results/accuracy_vs_trace.json (and .md).
@@ -65,9 +66,9 @@ def matrix(quick: bool):
     yield from cells
 
 
-def run(quick: bool, max_minutes: float) -> dict:
+def run(quick: bool, max_minutes: float, cells=None) -> dict:
     rows, start = [], time.perf_counter()
-    for model, kw in matrix(quick):
+    for model, kw in (cells if cells is not None else matrix(quick)):
         if time.perf_counter() - start > max_minutes * 60:
             rows.append({"model": model, "setup": kw, "skipped": "time budget reached"})
             continue
@@ -152,6 +153,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--max-minutes", type=float, default=90.0)
+    parser.add_argument("--peft-only", action="store_true",
+                        help="trace only the PEFT-method cells and merge them into the saved results")
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite the markdown from the saved JSON results without tracing again")
     parser.add_argument("--fail-over", type=float, default=None,
@@ -160,6 +163,13 @@ def main() -> None:
     name = "accuracy_vs_trace_quick" if args.quick else "accuracy_vs_trace"
     if args.render_only:
         report = json.loads((RESULTS / f"{name}.json").read_text())
+    elif args.peft_only:
+        # Trace the PEFT-method cells only and replace those rows in the saved results (the other cells are
+        # unchanged by the adapter physics).
+        fresh = run(args.quick, args.max_minutes, cells=list(peft_cells()))["rows"]
+        kept = [r for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"]
+                if r["setup"]["method"] not in PEFT_METHODS]
+        report = {"rows": kept + fresh, "summary": summarize(kept + fresh)}
     else:
         report = run(args.quick, args.max_minutes)
     RESULTS.mkdir(exist_ok=True)

@@ -20,7 +20,7 @@ from .errors import InvalidSetupError, Problem, UsageError
 # The PEFT methods besides LoRA (physics/adapters.py has each one's memory and the PEFT source it follows).
 PEFT_METHODS = ("dora", "adalora", "ia3", "loha", "lokr", "vera", "oft", "boft", "fourierft", "prefix", "prompt",
                 "ptuning", "ln-tuning", "lora-fa")
-METHODS = ("full", "lora", "qlora") + PEFT_METHODS
+METHODS = ("full", "lora", "qlora") + PEFT_METHODS + ("lisa",)
 ADAPTER_METHODS = ("lora", "qlora") + PEFT_METHODS
 # Methods that change LoRA's initialisation, scaling or learning rates, never its tensors: they cost what LoRA
 # costs (peft 0.21.2 LoraConfig use_rslora, init_lora_weights="pisa"/"olora"; LoRA+ is an optimizer grouping,
@@ -176,6 +176,9 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("num_virtual_tokens", "int", "virtual tokens prefix, prompt and p-tuning prepend (peft "
            "PromptLearningConfig.num_virtual_tokens)", default=20, unit="tokens", minimum=1, maximum=1 << 16,
            methods=VIRTUAL_TOKEN_METHODS),
+    Option("lisa_layers", "int", "LISA: layers trained at a time (ms-swift lisa_activated_layers, LMFlow "
+           "lisa_activated_layers; ms-swift suggests 2 or 8)", default=2, minimum=1, maximum=10_000,
+           methods=("lisa",)),
     Option("oft_block_size", "int", "OFT / BOFT block size (PEFT's defaults: oft 32, boft 4); it must divide each "
            "adapted module's input width", minimum=1, maximum=1 << 16, methods=("oft", "boft")),
     Option("n_frequency", "int", "FourierFT's trainable spectral entries per module (peft FourierFTConfig "

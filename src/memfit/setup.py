@@ -52,6 +52,7 @@ class TrainingSetup:
     quant: str | None = None                    # QLoRA's 4-bit (or 8-bit) base
     kbit_upcast: bool | None = None             # prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
     num_virtual_tokens: int | None = None       # prefix / prompt / p-tuning: tokens prepended
+    lisa_layers: int | None = None              # LISA: layers trained at a time
     oft_block_size: int | None = None           # OFT / BOFT block size (None: PEFT's default for the method)
     n_frequency: int | None = None              # FourierFT spectral entries per module
     padding: bool | None = None                 # batches carry a padding mask (attention_mask with zeros)
@@ -162,7 +163,7 @@ class TrainingSetup:
             p.append(Problem("optimizer_in_backward", "{optimizer_in_backward} cannot accumulate gradients: "
                                                       "set {grad_accum} 1"))
         mlx = self.recipe == "mlx"
-        if mlx and self.method in PEFT_METHODS:
+        if mlx and (self.method in PEFT_METHODS or self.method == "lisa"):
             p.append(Problem("method", f"{{method}} {self.method} is a PEFT method: the mlx recipe trains full, lora "
                                        "or qlora"))
         if self.method == "qlora" and (self.quant in MLX_QUANTS) != mlx:

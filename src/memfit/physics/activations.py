@@ -226,6 +226,8 @@ def _post_norm(spec: ModelSpec) -> bool:
 def layer_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, int]:
     """(bytes per token, bytes per token per position) one decoder layer saves, averaged over the layers.
     Independent of b; a sliding window shorter than the sequence makes its layers' SDPA take a mask."""
+    if stack.method == "lisa":
+        return adapters.lisa_layer_coefficients(spec, setup, stack, lambda st: _Walk(spec, setup, st).layer())
     if stack.method == "prefix":
         per_token, per_position = _Walk(spec, setup.replace(padding=True), stack).layer()
         attn_bytes = 2 if stack.autocast else stack.compute_bytes
@@ -253,7 +255,7 @@ def layer_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) 
 def adapted_layers(spec: ModelSpec, stack: Stack) -> int:
     """Layers that save activations. With mlx-lm's adapters on the last N layers only, the frozen prefix saves
     nothing (no tensor in it requires grad)."""
-    if stack.method == "full":
+    if stack.method in ("full", "lisa"):
         return spec.num_layers
     return stack.lora_layers
 

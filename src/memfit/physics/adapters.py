@@ -83,6 +83,10 @@ METHODS = {m.name: m for m in (
            "peft_model.py PeftModelForCausalLM.forward (inputs_embeds = cat(prompts, embeds))"),
     Method("ptuning", "prompt tuning with a 3-layer MLP encoder (hidden -> hidden -> hidden -> hidden); "
            "activations cover s + virtual tokens", "tuners/p_tuning/model.py PromptEncoder"),
+    Method("lisa", "full fine-tuning of --lisa-layers layers at a time plus the embedding, head and final norm: "
+           "their gradients and optimizer state; every other layer saves what a frozen layer does",
+           "LMFlow src/lmflow/pipeline/utils/lisa_trainer.py DynamicLayerActivationCallback; ms-swift "
+           "DynamicLayerActivationCallback (same switch_active_layers)"),
     Method("prefix", "a (virtual tokens x 2 x layers x kv width) embedding fed as past key/values: attention "
            "keys and values are s + virtual tokens long and take a mask", "tuners/prefix_tuning/model.py, "
            "peft_model.py get_prompt"),
@@ -326,3 +330,15 @@ def prefix_extra_per_token(spec, virtual: int, seq_len: int, attn_bytes: int) ->
     heads because a mask is present, and SDPA saves them), and the [b, 1, s, s + p] mask has p more columns
     (transformers masking_utils builds it because the key length differs from the query length)."""
     return virtual * attn_bytes + round(2 * virtual * spec.q_dim * attn_bytes / seq_len)
+
+
+def lisa_layer_coefficients(spec, setup, stack, walk_layer) -> tuple[int, int]:
+    """LISA: per-layer saved bytes averaged over the layers. The active layers save what full fine-tuning saves;
+    the others are frozen but their input needs a gradient (the embedding trains), so they save what a frozen
+    layer under an adapter does, without the adapter. `walk_layer(stack)` walks one layer under a stack."""
+    from dataclasses import replace
+
+    active = walk_layer(stack)
+    frozen = walk_layer(replace(stack, base_trainable=False, lora_modules=(), method="lora"))
+    n, total = stack.lora_layers, spec.num_layers
+    return tuple(round((n * a + (total - n) * f) / total) for a, f in zip(active, frozen))

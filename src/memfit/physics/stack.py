@@ -167,13 +167,15 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
         notes.append(f"{spec.model_type} has no SDPA path in transformers (attention soft-capping): it runs eager "
                      f"attention, which keeps the s x s scores")
     lora_layers = spec.num_layers
-    if setup.train_layers and setup.method != "full":
+    if setup.method == "lisa":
+        lora_layers = min(setup.lisa_layers, spec.num_layers)       # the layers active in one interval
+    elif setup.train_layers and setup.method != "full":
         # PEFT layers_to_transform / mlx-lm --num-layers: adapters on the last N layers only.
         lora_layers = min(setup.train_layers, spec.num_layers)
     return Stack(method=setup.method, weight_bytes=weight_bytes, residual_bytes=residual_bytes,
                  compute_bytes=compute_bytes, autocast=autocast, autocast_dtype=autocast_dtype,
                  weight_dtype=weight_dtype, residual_cast=residual_cast, adapter_bytes=adapter_bytes,
-                 base_trainable=setup.method == "full", lora_modules=lora_modules, lora_layers=lora_layers,
+                 base_trainable=setup.method in ("full", "lisa"), lora_modules=lora_modules, lora_layers=lora_layers,
                  loss_kind=loss_kind, fp32_logits_copy=recipe.fp32_logits_copy and autocast,
                  keeps_logits=recipe.keeps_logits,
                  logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,

@@ -91,7 +91,7 @@ def adapter_saved_weight_bytes(spec: ModelSpec, stack: Stack) -> int:
 
 
 def trainable_params(spec: ModelSpec, stack: Stack) -> int:
-    if stack.base_trainable:
+    if stack.base_trainable and stack.method != "lisa":
         return count_params(spec).total
     return sum(n * k for n, k in trainable_tensor_sizes(spec, stack))
 
@@ -107,15 +107,18 @@ def trainable_tensor_sizes(spec: ModelSpec, stack: Stack) -> list[tuple[int, int
         out.append((spec.position_embeddings * spec.hidden_size, 1))
     if counts.lm_head >= spec.vocab_size * spec.hidden_size:
         out.append((spec.vocab_size * spec.hidden_size, 1))
+    # LISA trains the embedding, the head, the final norm and `lisa_layers` whole layers at a time
+    # (physics/adapters.py); full fine-tuning every layer.
+    layers = stack.lora_layers if stack.method == "lisa" else spec.num_layers
     for lin in layer_linears(spec):
-        out.append((lin.d_in * lin.d_out * lin.copies, spec.num_layers))
+        out.append((lin.d_in * lin.d_out * lin.copies, layers))
         if lin.bias:
-            out.append((lin.d_out * lin.copies, spec.num_layers))
+            out.append((lin.d_out * lin.copies, layers))
     norm_tensors = spec.norms_per_layer * (2 if spec.norm_bias else 1)
-    out.append((spec.hidden_size, spec.num_layers * norm_tensors))
+    out.append((spec.hidden_size, layers * norm_tensors))
     if spec.qk_norm != "none":
         q, k = (spec.head_dim, spec.head_dim) if spec.qk_norm == "head" else (spec.q_dim, spec.kv_dim)
-        out += [(q, spec.num_layers), (k, spec.num_layers)]
+        out += [(q, layers), (k, layers)]
     out.append((counts.final_norm, 1))
     return out
 

@@ -101,3 +101,12 @@ class _AlwaysBelow:
 
     def __lt__(self, other):
         return True
+
+
+def freeze_inactive_layers(layers, active: int) -> None:
+    """LISA's switch_active_layers (LMFlow src/lmflow/pipeline/utils/lisa_trainer.py; ms-swift's callback is the
+    same): every decoder layer frozen, then `active` layers unfrozen; the embedding, final norm and head keep
+    training. It draws the layers at random; which ones does not change the bytes, so the trace takes the last."""
+    for layer in layers[:len(layers) - active]:
+        for p in layer.parameters():
+            p.requires_grad_(False)

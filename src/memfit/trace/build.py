@@ -78,6 +78,8 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
         for p in model.parameters():
             p.requires_grad_(False)
         model = _apply_lora(model, spec, setup, stack)
+    elif setup.method == "lisa":
+        adapters.freeze_inactive_layers(layers, stack.lora_layers)
     elif setup.method in PEFT_METHODS:
         for p in model.parameters():
             p.requires_grad_(False)
