@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from memfit import TrainingSetup, estimate, load_model  # noqa: E402
 from memfit.trace import trace  # noqa: E402
-from memfit.options import PEFT_METHODS  # noqa: E402
+from memfit.options import PEFT_METHODS as _PEFT  # noqa: E402
 from memfit.trace.measure import COUNTER_ROWS, compare  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -38,6 +38,7 @@ FAMILIES = ["llama-3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3
 
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 PEFT_FAMILIES = ["smollm2-135m", "qwen2.5-0.5b", "gemma-3-1b"]
+PEFT_METHODS = _PEFT + ("lisa",)
 
 
 def peft_cells():

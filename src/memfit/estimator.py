@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import sharding, states
+from .physics.adapters import assumption as adapter_assumption
 from .physics.adapters import virtual_tokens
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
@@ -181,7 +182,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     static["notes"] = {
         "weights": _weights_note(spec, setup, stack),
         "quantization constants": f"{setup.quant} absmax / double-quant constants (bitsandbytes quantize_4bit)",
-        "adapter weights": f"LoRA A/B, rank {setup.lora_rank}, {stack.adapter_bytes} B per param",
+        "adapter weights": f"{'LoRA A/B, rank ' + str(setup.lora_rank) if setup.method in ('lora', 'qlora') else setup.method + ' adapter'}, {stack.adapter_bytes} B per param",
         "gradients": f"trainable params x {per} B (.grad in the param dtype)",
         "optimizer state": f"{OPTIMIZERS[setup.optimizer]}: {opt_note}",
         "optimizer step temporaries": step_note,
@@ -304,6 +305,8 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
         names = ",".join(sorted({m.linear.name for m in stack.lora_modules}))
         out.append(f"LoRA rank {setup.lora_rank} on {names} in {stack.lora_layers} of {spec.num_layers} layers, "
                    f"adapters in {'fp32' if stack.adapter_bytes == 4 else '16-bit'}, dropout {setup.lora_dropout}")
+    if setup.method in PEFT_METHODS or setup.method == "lisa":
+        out.append(adapter_assumption(setup, stack))
     if setup.method == "qlora":
         out.append("bitsandbytes >= 0.43.2: 4-bit linears save no input activation"
                    + ("; prepare_model_for_kbit_training upcasts norms, embeddings and lm_head to fp32"

@@ -77,6 +77,14 @@ METHODS = {m.name: m for m in (
     Method("vera", "shared frozen A (r x max in) and B (max out x r), per module lambda_d (r) and lambda_b (out); "
            "saves the r-wide and out-wide products and 16-bit casts of the sliced projections",
            "tuners/vera/layer.py Linear.forward:253-289"),
+    Method("oft", "block-diagonal rotation of each module's input: in x (block - 1) / 2 parameters; saves a block-major "
+           "copy of the input per module and seven (in/block) x block x block Cayley-Neumann tensors",
+           "tuners/oft/layer.py OFTRotationModule.forward:243-283, _cayley_batch:118-157"),
+    Method("boft", "butterfly rotation: an fp32 in x in permutation buffer per module, boft_R and a scale (out); saves "
+           "in x in rotation matrices, the module input and its output",
+           "tuners/boft/layer.py Linear.forward, cayley_batch:453-468"),
+    Method("fourierft", "n_frequency spectral entries per module; materializes the out x in delta weight by ifft2, "
+           "which F.linear saves, and a per-module cast of the input", "tuners/fourierft/layer.py:94-101, 178-189"),
     Method("ln-tuning", "a trainable copy of every norm; the norms save their normalized output",
            "tuners/ln_tuning/layer.py LNTuningLayer.forward"),
     Method("prompt", "a (virtual tokens x hidden) embedding; every activation covers s + virtual tokens",
@@ -342,3 +350,23 @@ def lisa_layer_coefficients(spec, setup, stack, walk_layer) -> tuple[int, int]:
     frozen = walk_layer(replace(stack, base_trainable=False, lora_modules=(), method="lora"))
     n, total = stack.lora_layers, spec.num_layers
     return tuple(round((n * a + (total - n) * f) / total) for a, f in zip(active, frozen))
+
+
+def assumption(setup, stack) -> str:
+    """The estimate's assumption line for a PEFT method other than LoRA, or LISA."""
+    method = METHODS[setup.method]
+    if setup.method == "lisa":
+        return (f"LISA: {stack.lora_layers} of the layers train at a time with the embedding, head and final norm "
+                "(gradients and AdamW state for those); torch keeps the state of a parameter once created, so "
+                "where the optimizer holds every layer (LMFlow creates it before the first switch) the state of "
+                "each layer that has been active stays allocated and grows towards full fine-tuning's over a run "
+                f"({method.source})")
+    names = ",".join(sorted({m.linear.name for m in stack.lora_modules}))
+    where = f" on {names} in {stack.lora_layers} layers" if names else ""
+    knobs = {"oft": f"block size {setup.oft_block_size}", "boft": f"block size {setup.oft_block_size}",
+             "fourierft": f"n_frequency {setup.n_frequency}", "ia3": "",
+             "prefix": f"{setup.num_virtual_tokens} virtual tokens", "prompt": f"{setup.num_virtual_tokens} "
+             "virtual tokens", "ptuning": f"{setup.num_virtual_tokens} virtual tokens", "ln-tuning": ""}
+    knob = knobs.get(setup.method, f"rank {setup.lora_rank}")
+    return (f"{setup.method}{' ' + knob if knob else ''}{where}, adapters in "
+            f"{'fp32' if stack.adapter_bytes == 4 else '16-bit'}: {method.keeps} (peft 0.21.2 {method.source})")
