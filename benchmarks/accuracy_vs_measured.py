@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from memfit import TrainingSetup, estimate  # noqa: E402
 from memfit.errors import MemfitError  # noqa: E402
+from memfit.options import LINEAR_ADAPTER_METHODS, VIRTUAL_TOKEN_METHODS  # noqa: E402
 from memfit.physics.overhead import overheads  # noqa: E402
 from memfit.setup import parse_targets  # noqa: E402
 from memfit.spec import ModelSpec  # noqa: E402
@@ -79,6 +80,12 @@ def row_compiled(row: dict) -> bool:
     return ("compile" in notes or "compiled" in notes) and "no compile" not in notes
 
 
+# measured.csv `variant` of method=other rows -> memfit's method (options.PEFT_METHODS).
+PEFT_VARIANTS = {"dora": "dora", "lora-fa": "lora-fa", "ia3": "ia3", "prompt-tuning": "prompt",
+                 "prefix-tuning": "prefix", "loha": "loha", "lokr": "lokr", "vera": "vera", "adalora": "adalora",
+                 "layernorm-tuning": "ln-tuning", "p-tuning": "ptuning"}
+
+
 class Unexpressible(Exception):
     pass
 
@@ -118,8 +125,13 @@ def row_spec(row: dict) -> ModelSpec:
 def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
     """The memfit setup a row describes, and the approximations taken (empty when exact)."""
     notes = []
-    if row["method"] == "other":
-        raise Unexpressible(f"PEFT method {row['variant']} is not modelled (LoRA, QLoRA and full only)")
+    method = row["method"]
+    if method == "other":
+        method = PEFT_VARIANTS.get(row["variant"])
+        if method is None:
+            raise Unexpressible(f"PEFT method {row['variant']} is not modelled")
+        if row["optimizer"] == "other" and method == "lora-fa":
+            row = dict(row, optimizer="adamw")   # the LoRA-FA optimizer is AdamW over B with A frozen
     gpus = int(row["n_gpus"])
     shard = row["shard"] if row["shard"] != "none" else ("ddp" if gpus > 1 else "none")
     if shard not in ("none", "ddp", "fsdp", "zero2", "zero3"):
@@ -134,7 +146,7 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         raise Unexpressible(f"framework {row['framework']} has no memfit recipe")
     recipe = RECIPE_OF[row["framework"]]
     # LoRA on a quantized frozen base (LLM.int8, GPTQ, AWQ) is memfit's qlora with that --quant.
-    method = "qlora" if row["quant"] != "none" and row["method"] == "lora" else row["method"]
+    method = "qlora" if row["quant"] != "none" and method == "lora" else method
     kw = dict(method=method, batch_size=int(row["micro_batch"]), seq_len=int(row["seq_len"]),
               precision=row["precision"], optimizer=row["optimizer"], grad_ckpt=row["grad_ckpt"] == "1",
               attn=row["attn"], chunked_ce=row["chunked_ce"] == "1",
@@ -144,20 +156,26 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         kw["compile"] = True
     if row["framework"] in REENTRANT_FRAMEWORKS and row["grad_ckpt"] == "1":
         kw["ckpt_reentrant"] = True
-    if method in ("lora", "qlora"):
+    if method in LINEAR_ADAPTER_METHODS and row["lora_targets"]:
         targets = row["lora_targets"]
         if "head" in targets:
             notes.append("LoRA on lm_head not modelled (its adapter and input copy are small)")
             targets = ",".join(t for t in targets.split(",") if t != "head")
         kw["lora_targets"] = parse_targets(targets)
-        kw["lora_rank"] = int(row["lora_rank"])
-        kw["lora_dropout"] = 0.05 if recipe == "litgpt" else 0.0
+        if row["lora_rank"]:
+            kw["lora_rank"] = int(row["lora_rank"])
+        if method in ("lora", "qlora"):
+            kw["lora_dropout"] = 0.05 if recipe == "litgpt" else 0.0
         if row["framework"] == "fsdp_qlora":
             kw["lora_targets"], kw["lora_dropout"] = FSDP_QLORA_TARGETS, 0.1
             notes.append("fsdp_qlora's loop keeps the fp32 logits through backward: not modelled (+4 B x vocab "
                          "per token)")
-    if method == "qlora":
+    if row["quant"] != "none":
         kw["quant"] = row["quant"]
+    if method in VIRTUAL_TOKEN_METHODS and row["group"] == "MMQA":
+        # peft method_comparison/MetaMathQA/experiments/{prompt_tuning,prefixtuning}/llama-3.2-3B-lr_0.001/
+        # adapter_config.json: num_virtual_tokens 200.
+        kw["num_virtual_tokens"] = 200
     if row["framework"] == "plain-torch":
         step = RASBT_STEP.get(row["id"], 10)
         if step >= 3:
@@ -183,7 +201,8 @@ def evaluate(rows: list[dict]) -> dict:
         predicted = getattr(est, COUNTER_ATTR.get(row["counter"], "device_bytes"))
         own = overheads(est.peak_allocated_bytes)
         entry = {"id": row["id"], "group": row["group"], "stack": STACK_OF_GROUP.get(row["group"], row["framework"]),
-                 "model": row["model_key"], "method": row["method"], "counter": row["counter"],
+                 "model": row["model_key"],
+                 "method": "peft" if row["method"] == "other" else row["method"], "counter": row["counter"],
                  "bound": row["bound"], "measured": measured, "predicted": predicted, "device": est.device_bytes,
                  "own_low": min(own.range_low, est.device_bytes), "own_high": max(own.range_high, est.device_bytes),
                  "peak_phase": est.peak_phase, "notes": notes, "confidence": row["confidence"]}
@@ -217,7 +236,7 @@ def fit_bands(measured: list[dict]) -> dict:
     the band an estimate states. Methods with fewer than 5 rows take the band of all rows."""
     overall = _band([r["error"] for r in measured])
     out = {"overall": overall}
-    for method in ("full", "lora", "qlora"):
+    for method in ("full", "lora", "qlora", "peft"):
         errors = [r["error"] for r in measured if r["method"] == method]
         out[method] = _band(errors) if len(errors) >= 5 else dict(overall, note="fewer than 5 rows: overall band")
     return out
@@ -278,7 +297,7 @@ def summarize(results: list[dict], total_rows: int, loso: dict) -> dict:
                                                f"/{sum(r['bound'] == 'lower' for r in bounds)}",
            "fits_in_rows_predicted_within": f"{sum(r['ok'] for r in bounds if r['bound'] == 'upper')}"
                                             f"/{sum(r['bound'] == 'upper' for r in bounds)}"}
-    for method in ("full", "lora", "qlora"):
+    for method in ("full", "lora", "qlora", "peft"):
         out[method] = _stats([r["error"] for r in measured if r["method"] == method])
     for key in ("stack", "counter", "method"):
         out[f"by_{key}"] = {}

@@ -3,6 +3,7 @@ architecture families x method x batch x length x checkpointing x attention.
 
     python benchmarks/accuracy_vs_trace.py            # the full matrix (tens of minutes on 2 cores)
     python benchmarks/accuracy_vs_trace.py --quick    # one small setup per family and method (CI runs this)
+    python benchmarks/accuracy_vs_trace.py --peft-only   # re-trace the PEFT-method cells, keep the rest
 
 Reports, per counter and per component group, the median and worst relative error of the estimate against
 the trace, and which component is off where. Writes benchmarks/results/accuracy_vs_trace.json (and .md).
@@ -26,6 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from memfit import TrainingSetup, estimate, load_model  # noqa: E402
 from memfit.trace import trace  # noqa: E402
+from memfit.options import PEFT_METHODS as _PEFT  # noqa: E402
 from memfit.trace.measure import COUNTER_ROWS, compare  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -45,6 +47,16 @@ VLM_CELLS = [
     ("qwen2.5-vl-3b", dict(method="full", batch_size=1, seq_len=256, image_size="1280x720", grad_ckpt=True)),
     ("qwen2.5-vl-3b", dict(method="lora", batch_size=1, seq_len=256, image_tokens=2048, attn="eager")),
 ]
+# The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
+PEFT_FAMILIES = ["smollm2-135m", "qwen2.5-0.5b", "gemma-3-1b"]
+PEFT_METHODS = _PEFT + ("lisa",)
+
+
+def peft_cells():
+    for method, model in itertools.product(PEFT_METHODS, PEFT_FAMILIES):
+        yield model, dict(method=method, batch_size=1, seq_len=256)
+    for method in PEFT_METHODS:
+        yield "smollm2-135m", dict(method=method, batch_size=2, seq_len=512, grad_ckpt=True)
 
 
 def matrix(quick: bool, vlm: bool = False):
@@ -54,6 +66,7 @@ def matrix(quick: bool, vlm: bool = False):
     if quick:
         for model, method in itertools.product(FAMILIES, ("full", "lora", "qlora")):
             yield model, dict(method=method, batch_size=1, seq_len=256)
+        yield from peft_cells()
         return
     cells = []
     for method, batch, length, ckpt, attn, model in itertools.product(
@@ -64,6 +77,7 @@ def matrix(quick: bool, vlm: bool = False):
     # A fixed shuffle: when the time budget cuts the run short, what was traced is a sample of every
     # dimension (family, method, batch, length, checkpointing, attention), not the first rows of one.
     random.Random(0).shuffle(cells)
+    yield from peft_cells()
     yield from cells
 
 
@@ -85,9 +99,11 @@ def trainer_matrix():
     yield from cells
 
 
-def run(quick: bool, max_minutes: float, trainers: bool = False, vlm: bool = False) -> dict:
+def run(quick: bool, max_minutes: float, trainers: bool = False, vlm: bool = False, cells=None) -> dict:
     rows, start = [], time.perf_counter()
-    for model, kw in (trainer_matrix() if trainers else matrix(quick, vlm)):
+    if cells is None:
+        cells = trainer_matrix() if trainers else matrix(quick, vlm)
+    for model, kw in cells:
         if time.perf_counter() - start > max_minutes * 60:
             rows.append({"model": model, "setup": kw, "skipped": "time budget reached"})
             continue
@@ -120,7 +136,7 @@ def summarize(rows: list[dict]) -> dict:
         out["peak_allocated"] = {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
                                  "within_2pct": sum(e <= 0.02 for e in errors) / len(errors),
                                  "within_5pct": sum(e <= 0.05 for e in errors) / len(errors)}
-    for method in ("full", "lora", "qlora"):
+    for method in ("full", "lora", "qlora") + PEFT_METHODS:
         errs = [abs(r["peak_allocated_error"]) for r in done if r["setup"]["method"] == method]
         if errs:
             out[method] = {"n": len(errs), "median_abs_error": statistics.median(errs), "worst_abs_error": max(errs)}
@@ -161,6 +177,11 @@ def markdown(report: dict, quick: bool, vlm: bool = False) -> str:
             lines += ["", "| trainer | n | median | worst |", "|---|---|---|---|"]
             for trainer, st in s["per_trainer"].items():
                 lines.append(f"| {trainer} | {st['n']} | {st['median_abs_error']:.2%} | {st['worst_abs_error']:.2%} |")
+        methods = [m for m in ("full", "lora", "qlora") + PEFT_METHODS if m in s]
+        if methods:
+            lines += ["", "| method | n | median | worst |", "|---|---|---|---|"]
+            for m in methods:
+                lines.append(f"| {m} | {s[m]['n']} | {s[m]['median_abs_error']:.2%} | {s[m]['worst_abs_error']:.2%} |")
     worst = sorted((r for r in report["rows"] if "peak_allocated_error" in r),
                    key=lambda r: -abs(r["peak_allocated_error"]))[:10]
     lines += ["", "Worst setups (which component is off):", "",
@@ -186,6 +207,8 @@ def main() -> None:
                         help="the preference trainers (dpo, ipo, kto) through TRL's own loss, not the SFT matrix")
     parser.add_argument("--vlm", action="store_true", help="the vision-language models' matrix only")
     parser.add_argument("--max-minutes", type=float, default=90.0)
+    parser.add_argument("--peft-only", action="store_true",
+                        help="trace only the PEFT-method cells and merge them into the saved results")
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite the markdown from the saved JSON results without tracing again")
     parser.add_argument("--fail-over", type=float, default=None,
@@ -195,6 +218,13 @@ def main() -> None:
             "accuracy_vs_trace_quick" if args.quick else "accuracy_vs_trace")
     if args.render_only:
         report = json.loads((RESULTS / f"{name}.json").read_text())
+    elif args.peft_only:
+        # Trace the PEFT-method cells only and replace those rows in the saved results (the other cells are
+        # unchanged by the adapter physics).
+        fresh = run(args.quick, args.max_minutes, cells=list(peft_cells()))["rows"]
+        kept = [r for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"]
+                if r["setup"]["method"] not in PEFT_METHODS]
+        report = {"rows": kept + fresh, "summary": summarize(kept + fresh)}
     else:
         report = run(args.quick, args.max_minutes, trainers=args.trainers, vlm=args.vlm)
     RESULTS.mkdir(exist_ok=True)

@@ -18,11 +18,14 @@ from .physics import activations as act
 from .physics import context_parallel as cp
 from .physics import fp8, load, moe, quantized_base, sharding, states, trainers
 from .physics import vision as vision_physics
+from .physics.adapters import assumption as adapter_assumption
+from .physics.adapters import virtual_tokens
 from .physics.compile import ASSUMPTION as COMPILE_ASSUMPTION
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
 from .recipes import get_recipe
+from .options import PEFT_METHODS
 from .setup import OPTIMIZERS, TrainingSetup
 from .spec import ModelSpec
 
@@ -93,7 +96,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         # A VLM: the language model runs text + image tokens; the tower's parts join every phase.
         tower = vision_physics.vision_parts(spec, setup, resolve_stack(spec, setup).weight_bytes)
         setup = tower.lm_setup
-    micro = trainers.micro_setup(setup)     # the policy's training micro-step (setup itself for SFT)
+    # The policy's training micro-step (setup itself for SFT), over the sequence the model really processes.
+    micro = _as_run(trainers.micro_setup(setup))
     static = _static_parts(spec, micro)
     parts = _token_parts(spec, micro, static)
     extra_notes, extra_assumptions = {}, ()
@@ -158,6 +162,12 @@ def _as_built_by(spec: ModelSpec, setup: TrainingSetup) -> ModelSpec:
         **overrides, exact_params=None, notes=spec.notes + (f"as built by {setup.recipe}",)))
 
 
+def _as_run(setup: TrainingSetup) -> TrainingSetup:
+    """The sequence the model really processes: prompt and p-tuning prepend their virtual tokens."""
+    extra = virtual_tokens(setup.method, setup.num_virtual_tokens)
+    return setup.replace(seq_len=setup.seq_len + extra) if extra else setup
+
+
 _ARCH_CACHE: dict[tuple, ModelSpec] = {}
 _STATIC_CACHE: dict[tuple, dict] = {}
 _STATIC_CACHE_MAX = 4096
@@ -168,7 +178,7 @@ def _static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     (memfit max) re-estimate thousands of times with only those changed."""
     # Whether a sliding window is shorter than the sequence changes the layer walk (its layers take a mask).
     windowed = bool(spec.sliding_window and setup.seq_len > spec.sliding_window)
-    key = (spec, setup.shape_free_key(), windowed)
+    key = (spec, setup.shape_free_key(), windowed, setup.seq_len if setup.method == "prefix" else 0)
     cached = _STATIC_CACHE.get(key)
     if cached is None:
         if len(_STATIC_CACHE) >= _STATIC_CACHE_MAX:
@@ -194,7 +204,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         mixed_casts -= 2 * sum(lin.weight_params for lin in first)
     if setup.method == "qlora" and stack.autocast and stack.kbit_upcast:
         mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
-    adapter_casts = 2 * states.lora_params(stack) if (stack.autocast and stack.adapter_bytes == 4) else 0
+    adapter_casts = states.adapter_saved_weight_bytes(spec, stack)
     # LoRA on fused experts folds W + s*B@A into a new expert stack per layer, saved like a weight cast.
     expert_delta = moe.expert_delta_weight_bytes(spec, stack)
     expert_casts = moe.expert_saved_delta_bytes(spec, stack)
@@ -205,7 +215,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     embed_grad = counts.embedding * per if stack.base_trainable and not setup.optimizer_in_backward else 0
     layer_casts = 2 * counts.layer_linear_weights if mixed_casts else 0
     static = dict(
-        stack=stack, weights=weights, quant=quant_consts, adapter=states.lora_params(stack) * stack.adapter_bytes,
+        stack=stack, weights=weights, quant=quant_consts, adapter=states.adapter_weight_bytes(stack),
         grads=grads, opt=opt_state, paged=paged, step_temp=step_temp,
         layer_coeffs=act.layer_coefficients(spec, setup, stack), adapted_layers=act.adapted_layers(spec, stack),
         head_coeff=act.head_coefficient(spec, setup, stack),
@@ -223,7 +233,8 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "quantization constants": (f"{setup.quant} scales, zeros and group index (physics/quantized_base.py)"
                                    if setup.quant in quantized_base.PREQUANTIZED else
                                    f"{setup.quant} absmax / double-quant constants (bitsandbytes quantize_4bit)"),
-        "adapter weights": f"LoRA A/B, rank {setup.lora_rank}, {stack.adapter_bytes} B per param",
+        "adapter weights": (f"LoRA A/B, rank {setup.lora_rank}" if setup.method in ("lora", "qlora") else
+                            f"{setup.method} adapter") + f", {stack.adapter_bytes} B per param",
         "gradients": f"trainable params x {per} B (.grad in the param dtype)",
         "optimizer state": f"{OPTIMIZERS[setup.optimizer]}: {opt_note}",
         "optimizer step temporaries": step_note,
@@ -243,7 +254,8 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     }
     static["sharded"] = fp8.apply(sharding.apply(static, spec, setup, stack), spec, setup)
     static["notes"].update(sharding.notes(setup, stack))
-    band = error_band(setup.method)
+    # The PEFT methods besides LoRA share one band: the published method comparison has one row or two of each.
+    band = error_band("peft" if setup.method in PEFT_METHODS else setup.method)
     static["error_band"] = band
     static["assumptions"] = tuple(_assumptions(spec, setup, stack, static)) + ((
         f"expected error for {setup.method}: {band['low']:+.0%} to {band['high']:+.0%} against {band['n']} "
@@ -368,6 +380,8 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
         out.append(f"LoRA rank {setup.lora_rank} on {names} in {stack.lora_layers} of {spec.num_layers} layers, "
                    f"adapters in {'fp32' if stack.adapter_bytes == 4 else '16-bit'}, dropout {setup.lora_dropout}")
     out += moe.assumptions(spec, setup) + [a for a in (fp8.assumption(setup),) if a]
+    if setup.method in PEFT_METHODS or setup.method == "lisa":
+        out.append(adapter_assumption(setup, stack))
     if setup.method == "qlora":
         out.append((quantized_base.assumption(setup) or "bitsandbytes >= 0.43.2: 4-bit linears save no input "
                                                          "activation")

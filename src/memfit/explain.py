@@ -97,7 +97,7 @@ def explain(spec: ModelSpec, setup: TrainingSetup) -> ExplainResult:
         diffs.append("HF Trainer bf16=True on bf16 weights is autocast only: no fp32 master copy exists")
     if setup.optimizer == "adamw":
         diffs.append("foreach AdamW allocates one parameter-sized temporary inside step()")
-    if setup.method != "full":
+    if setup.method not in ("full", "lisa"):
         base, _ = states.base_weight_bytes(spec, setup, stack)
         diffs.append(f"{setup.method}: the frozen base costs {base / spec.params:.3g} B per weight with no "
                      f"gradient or optimizer state; only the {trained:,} adapter weights above are trained")

@@ -17,8 +17,21 @@ from typing import Mapping
 
 from .errors import InvalidSetupError, Problem, UsageError
 
-METHODS = ("full", "lora", "qlora")
-ADAPTER_METHODS = ("lora", "qlora")
+# The PEFT methods besides LoRA (physics/adapters.py has each one's memory and the PEFT source it follows).
+PEFT_METHODS = ("dora", "adalora", "ia3", "loha", "lokr", "vera", "oft", "boft", "fourierft", "prefix", "prompt",
+                "ptuning", "ln-tuning", "lora-fa")
+METHODS = ("full", "lora", "qlora") + PEFT_METHODS + ("lisa",)
+ADAPTER_METHODS = ("lora", "qlora") + PEFT_METHODS
+# Methods that change LoRA's initialisation, scaling or learning rates, never its tensors: they cost what LoRA
+# costs (peft 0.21.2 LoraConfig use_rslora, init_lora_weights="pisa"/"olora"; LoRA+ is an optimizer grouping,
+# peft optimizers/loraplus.py). Accepted as spellings of lora.
+LORA_EQUIVALENTS = {"rslora": "lora", "pissa": "lora", "olora": "lora", "lora-plus": "lora", "loraplus": "lora"}
+# Methods whose adapters sit in Linear layers (take --lora-rank and --lora-targets).
+LINEAR_ADAPTER_METHODS = ("lora", "qlora", "dora", "adalora", "ia3", "loha", "lokr", "vera", "oft", "boft",
+                          "fourierft", "lora-fa")
+# Those with a rank (OFT/BOFT have a block size, FourierFT a number of frequencies, IA3 neither).
+RANKED_METHODS = ("lora", "qlora", "dora", "adalora", "loha", "lokr", "vera", "lora-fa")
+VIRTUAL_TOKEN_METHODS = ("prefix", "prompt", "ptuning")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed", "fp8")
 OPTIMIZERS = {
     "adamw": "torch AdamW, foreach implementation (the CUDA default when no flag is given)",
@@ -134,8 +147,9 @@ def _keys(**keys: str) -> Mapping[str, str]:
 SETUP_OPTIONS: tuple[Option, ...] = (
     Option("recipe", "choice", "the training stack whose defaults fill what you do not set", default="hf",
            choices=RECIPE_NAMES),
-    Option("method", "choice", "what trains: every weight, a LoRA adapter, or an adapter on a 4-bit base",
-           default="lora", choices=METHODS,
+    Option("method", "choice", "what trains: every weight, a LoRA adapter, an adapter on a 4-bit base, or "
+           "another PEFT method (rslora, pissa, olora and lora-plus cost what lora costs)",
+           default="lora", choices=METHODS, aliases=MappingProxyType(LORA_EQUIVALENTS),
            tool_keys=_keys(axolotl="adapter", llamafactory="finetuning_type", torchtune="model._component_",
                            trl="use_peft", mlx="fine_tune_type")),
     Option("batch_size", "int", "micro-batch size per GPU", default=1, unit="sequences", minimum=1,
@@ -184,16 +198,17 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            torchtune="loss._component_", trl="use_liger_kernel")),
     Option("loss", "choice", "the loss kernel (logits and cross-entropy memory)", default="hf",
            choices=tuple(LOSSES)),
-    Option("lora_rank", "int", "LoRA rank", default=8, minimum=1, maximum=MAX_RANK, methods=ADAPTER_METHODS,
+    Option("lora_rank", "int", "LoRA rank (for adalora its initial rank; loha, lokr, vera: their rank)", default=8,
+           minimum=1, maximum=MAX_RANK, methods=RANKED_METHODS,
            tool_keys=_keys(axolotl="lora_r", llamafactory="lora_rank", torchtune="model.lora_rank", trl="lora_r",
                            mlx="lora_parameters.rank")),
     Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}; experts: the "
            "fused MoE experts (PEFT target_parameters)",
-           default=("q", "v"), methods=ADAPTER_METHODS,
+           default=("q", "v"), methods=LINEAR_ADAPTER_METHODS,
            tool_keys=_keys(axolotl="lora_target_modules", llamafactory="lora_target",
                            torchtune="model.lora_attn_modules", trl="lora_target_modules")),
     Option("lora_dropout", "float", "LoRA dropout probability", default=0.0, minimum=0.0, maximum=1.0,
-           below_maximum=True, methods=ADAPTER_METHODS,
+           below_maximum=True, methods=("lora", "qlora", "dora", "adalora", "vera", "lora-fa"),
            tool_keys=_keys(axolotl="lora_dropout", llamafactory="lora_dropout", torchtune="model.lora_dropout",
                            trl="lora_dropout", mlx="lora_parameters.dropout")),
     Option("train_layers", "int", "train only the last N layers (mlx-lm --num-layers): the adapters' layers, or "
@@ -205,6 +220,16 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            tool_keys=_keys(axolotl="load_in_4bit", llamafactory="quantization_bit", trl="load_in_4bit")),
     Option("kbit_upcast", "bool", "peft prepare_model_for_kbit_training's fp32 upcast of norms, embeddings and "
            "lm_head (TRL < 0.22 called it)", default=False, methods=("qlora",)),
+    Option("num_virtual_tokens", "int", "virtual tokens prefix, prompt and p-tuning prepend (peft "
+           "PromptLearningConfig.num_virtual_tokens)", default=20, unit="tokens", minimum=1, maximum=1 << 16,
+           methods=VIRTUAL_TOKEN_METHODS),
+    Option("lisa_layers", "int", "LISA: layers trained at a time (ms-swift lisa_activated_layers, LMFlow "
+           "lisa_activated_layers; ms-swift suggests 2 or 8)", default=2, minimum=1, maximum=10_000,
+           methods=("lisa",)),
+    Option("oft_block_size", "int", "OFT / BOFT block size (PEFT's defaults: oft 32, boft 4); it must divide each "
+           "adapted module's input width", minimum=1, maximum=1 << 16, methods=("oft", "boft")),
+    Option("n_frequency", "int", "FourierFT's trainable spectral entries per module (peft FourierFTConfig "
+           "n_frequency)", default=1000, minimum=1, maximum=1 << 30, methods=("fourierft",)),
     Option("padding", "bool", "batches carry a padding mask (not packed)", default=False),
     Option("compile", "bool", "torch.compile on the model (inductor): norms, activations and dropout are fused and "
            "recomputed in backward instead of saved (physics/compile.py)", default=False,

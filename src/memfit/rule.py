@@ -25,7 +25,9 @@ RULE_TABLE_SIZES_B = (0.5, 1.5, 3, 7, 14)
 def rule_key(setup: TrainingSetup) -> str:
     if setup.method == "full" and setup.precision.endswith("-mixed"):
         return "full-master"
-    return setup.method
+    # The other PEFT methods (and LISA's few layers) keep a 16-bit frozen base plus a small trained part: the
+    # rule has no finer line for them than LoRA's.
+    return setup.method if setup.method in RULES else "lora"
 
 
 def rule_bytes(params: int, setup: TrainingSetup) -> tuple[int, int]:

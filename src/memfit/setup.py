@@ -20,6 +20,8 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       normalize)
 from .options import parse_targets as _parse_targets
 from .physics.optimizers import IN_BACKWARD, optimizer_problems
+from .options import PEFT_METHODS
+from .physics.adapters import DEFAULT_BLOCK_SIZE, DEFAULT_TARGETS
 from .recipes import CHUNKED_LOSSES, RECIPES
 from .physics import trainers as _trainers
 
@@ -54,6 +56,10 @@ class TrainingSetup:
     train_layers: int | None = None             # only the last N layers train (None: all; mlx-lm: 16)
     quant: str | None = None                    # QLoRA's 4-bit (or 8-bit) base
     kbit_upcast: bool | None = None             # prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
+    num_virtual_tokens: int | None = None       # prefix / prompt / p-tuning: tokens prepended
+    lisa_layers: int | None = None              # LISA: layers trained at a time
+    oft_block_size: int | None = None           # OFT / BOFT block size (None: PEFT's default for the method)
+    n_frequency: int | None = None              # FourierFT spectral entries per module
     padding: bool | None = None                 # batches carry a padding mask (attention_mask with zeros)
     compile: bool | None = None                 # torch.compile (inductor): pointwise ops recomputed, not saved
     gpus: int | None = None                     # GPUs per node
@@ -116,6 +122,10 @@ class TrainingSetup:
                 if values[name] is None:
                     values[name] = BY_NAME[name].default
         # Defaults that follow from other fields.
+        if "lora_targets" not in given and method in DEFAULT_TARGETS:
+            values["lora_targets"] = DEFAULT_TARGETS[method]     # PEFT's own default for the method
+        if "oft_block_size" not in given:
+            values["oft_block_size"] = DEFAULT_BLOCK_SIZE.get(method)
         if "autocast" not in given:
             values["autocast"] = recipe.autocast if values["precision"] == "auto" else \
                 values["precision"].endswith("-mixed")
@@ -198,6 +208,9 @@ class TrainingSetup:
             p.append(Problem("optimizer_in_backward", "{optimizer_in_backward} cannot accumulate gradients: "
                                                       "set {grad_accum} 1"))
         mlx = self.recipe == "mlx"
+        if mlx and (self.method in PEFT_METHODS or self.method == "lisa"):
+            p.append(Problem("method", f"{{method}} {self.method} is a PEFT method: the mlx recipe trains full, lora "
+                                       "or qlora"))
         if self.method == "qlora" and (self.quant in MLX_QUANTS) != mlx:
             p.append(Problem("quant", "{quant} " + (f"{self.quant} is bitsandbytes: the mlx recipe quantizes with "
                                                    f"MLX (mlx-4bit, mlx-8bit)" if mlx else

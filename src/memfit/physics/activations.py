@@ -16,6 +16,7 @@ from ..spec import ACT_SAVED_TENSORS, ModelSpec
 from ..setup import TrainingSetup
 from dataclasses import replace
 
+from . import adapters
 from .compile import compiled_coefficients, compiled_mlp_bytes_per_token
 from .stack import Stack
 
@@ -28,6 +29,8 @@ class _Walk:
         self.spec, self.setup, self.st = spec, setup, stack
         self.per_token = 0
         self.per_token_position = 0
+        # LN tuning trains a copy of every norm (physics/adapters.py): the norms save their normalized output.
+        self.norms_train = stack.base_trainable or stack.method == "ln-tuning"
 
     def add(self, per_token_bytes: int) -> None:
         self.per_token += per_token_bytes
@@ -83,6 +86,13 @@ class _Walk:
         if st.compiled:
             p = 0.0                                   # compiled dropout: mask and output recomputed (compile.py)
         for m in modules:
+            if m.kind not in ("lora", "qlora"):
+                lin_out = in_bytes if st.method == "qlora" else st.compute_bytes
+                own, shared = adapters.saved_per_token(m.kind, width, m.linear.d_out, m.rank, in_bytes, lin_out, ad,
+                                                       st.autocast, m.feedforward)
+                self.add(own + (0 if shared_counted else shared))
+                shared_counted = shared_counted or shared > 0
+                continue
             if st.autocast:
                 self.add(width * (3 if p > 0 else 2) + 2 * m.rank)
                 continue
@@ -107,7 +117,7 @@ class _Walk:
         a = spec.num_heads
         attn = st.attn
 
-        x = self.norm(h, res, train) if not _post_norm(spec) else res
+        x = self.norm(h, res, self.norms_train) if not _post_norm(spec) else res
         attn_in_consumers = 1 if spec.fused_qkv else 3
         mlp_shares_input = spec.parallel_attn_mlp and spec.norms_per_layer == 1
         if mlp_shares_input:
@@ -163,12 +173,12 @@ class _Walk:
             self.add(h)                                # bool dropout mask on CUDA
 
         if _post_norm(spec):
-            self.norm(h, lin_out, train)               # OLMo 2: norm on the attention output
+            self.norm(h, lin_out, self.norms_train)               # OLMo 2: norm on the attention output
         if spec.norms_per_layer == 4:
-            self.norm(h, lin_out, train)               # Gemma 2/3 post_attention_layernorm
+            self.norm(h, lin_out, self.norms_train)               # Gemma 2/3 post_attention_layernorm
         if not mlp_shares_input:
             # GPT-NeoX's parallel residual: both norms read the same layer input.
-            y = self.norm(h, res, train, input_shared=spec.parallel_attn_mlp) if not _post_norm(spec) else res
+            y = self.norm(h, res, self.norms_train, input_shared=spec.parallel_attn_mlp) if not _post_norm(spec) else res
             self.linear_inputs(h, y, 1 if spec.fused_gate_up or spec.mlp_kind == "plain" else 2)
             self.lora({"gate", "up"}, h, y)
         else:
@@ -177,7 +187,7 @@ class _Walk:
         # under autocast); other linears return the compute dtype.
         self.mlp(y if st.method == "qlora" else lin_out, train)
         if _post_norm(spec) or spec.norms_per_layer == 4:
-            self.norm(h, lin_out, train)               # post_feedforward_layernorm
+            self.norm(h, lin_out, self.norms_train)               # post_feedforward_layernorm
         if spec.resid_dropout > 0 and not st.compiled:
             self.add(h)
         return self.coefficients
@@ -231,6 +241,13 @@ def layer_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> t
     if stack.compiled:
         return compiled_coefficients(_Walk(spec, setup, replace(stack, compiled=False)).layer(),
                                      _Walk(spec, setup, stack).layer())
+    if stack.method == "lisa":
+        return adapters.lisa_layer_coefficients(spec, setup, stack, lambda st: _Walk(spec, setup, st).layer())
+    if stack.method == "prefix":
+        per_token, per_position = _Walk(spec, setup.replace(padding=True), stack).layer()
+        attn_bytes = 2 if stack.autocast else stack.compute_bytes
+        return per_token + adapters.prefix_extra_per_token(spec, setup.num_virtual_tokens, setup.seq_len,
+                                                          attn_bytes), per_position
     plain = _Walk(spec, setup, stack).layer()
     window = spec.sliding_window
     if not window or setup.seq_len <= window or setup.padding or stack.attn != "sdpa":
@@ -253,7 +270,7 @@ def layer_activation_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) 
 def adapted_layers(spec: ModelSpec, stack: Stack) -> int:
     """Layers that save activations. With mlx-lm's adapters on the last N layers only, the frozen prefix saves
     nothing (no tensor in it requires grad)."""
-    if stack.method == "full":
+    if stack.method in ("full", "lisa"):
         return spec.num_layers
     return stack.lora_layers
 
@@ -287,7 +304,8 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
     with it, only checkpoints and the top layer's recomputation are alive)."""
     walk = _Walk(spec, setup, stack)
     train = stack.base_trainable
-    if not train and stack.lora_layers == spec.num_layers and not _post_norm(spec) and not setup.grad_ckpt:
+    if not train and stack.lora_layers == spec.num_layers and not _post_norm(spec) and not setup.grad_ckpt and \
+            not adapters.first_layer_input_trains(stack.method):
         first = _Walk(spec, setup, stack)
         first.norm(spec.hidden_size, stack.residual_bytes, False)
         walk.add(-first.per_token)
@@ -295,7 +313,7 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
         walk.add(8)                                    # embedding saves the int64 indices
     if spec.embd_dropout > 0 and not stack.compiled:
         walk.add(spec.hidden_size)
-    walk.norm(spec.hidden_size, stack.residual_bytes, train)
+    walk.norm(spec.hidden_size, stack.residual_bytes, walk.norms_train)
     walk.linear_inputs(spec.hidden_size, stack.residual_bytes, 1)
     walk.add(8)                                        # int64 labels saved by the loss
     return walk.per_token

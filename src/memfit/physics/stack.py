@@ -9,20 +9,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..params import Linear, layer_linears
+from ..options import LINEAR_ADAPTER_METHODS
 from ..recipes import get_recipe
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
-from . import moe
+from . import adapters, moe
 
 @dataclass(frozen=True)
 class LoraModule:
     linear: Linear
-    rank: int
+    rank: int                   # LoRA's rank; OFT/BOFT: the block size; FourierFT: n_frequency
+    kind: str = "lora"          # the PEFT method (physics/adapters.py)
+
+    @property
+    def tensors(self) -> tuple[int, ...]:
+        """Element counts of its trainable tensors. A 3-D expert parameter gets one set per expert (PEFT
+        ParamWrapper: lora_A [r*E, in], lora_B [out, r*E])."""
+        return tuple(n * self.linear.copies for n in adapters.module_tensors(
+            self.kind, self.linear.d_in, self.linear.d_out, self.rank, self.feedforward))
 
     @property
     def params(self) -> int:
-        # A 3-D expert parameter gets one rank-r pair per expert (PEFT ParamWrapper: lora_A [r*E, in]).
-        return self.rank * (self.linear.d_in + self.linear.d_out) * self.linear.copies
+        return sum(self.tensors) + adapters.module_frozen_params(self.kind, self.linear.d_in, self.linear.d_out,
+                                                                 self.rank) * self.linear.copies
+
+    @property
+    def feedforward(self) -> bool:
+        return bool(set(self.linear.parts) & adapters.FEEDFORWARD_PARTS)
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,10 @@ class Stack:
     precision: str             # resolved (never "auto")
     attn: str                  # the attention path transformers really takes
     notes: tuple[str, ...]
+    # Adapter tensors outside the adapted Linears (physics/adapters.py extra_params): trainable (elements, count)
+    # and frozen elements.
+    extra_trainable: tuple[tuple[int, int], ...] = ()
+    extra_frozen_params: int = 0
 
 
 def resolve_precision(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, str | None]:
@@ -130,6 +147,8 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                      "input to bf16, the weight copies stay alive until backward, and the residual stream "
                      "becomes fp32 (bf16 + fp16 promotes)")
     adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.method == "qlora" else weight_bytes)
+    if adapters.own_dtype(setup.method):
+        adapter_bytes = weight_bytes
     if zero_dtype:
         adapter_bytes = 2       # PEFT's fp32 adapters are cast with the rest of the module
     # `--loss chunked` is the stack's own chunked loss: LitGPT keeps its logit chunks, torchtune upcasts each.
@@ -137,9 +156,10 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     logits_bytes = compute_bytes if not (setup.method == "qlora" and setup.kbit_upcast and not autocast
                                                  and not zero_dtype) else 4
     lora_modules: tuple[LoraModule, ...] = ()
-    if setup.method in ("lora", "qlora"):
+    if setup.method in LINEAR_ADAPTER_METHODS:
         targets = set(setup.lora_targets)
-        lora_modules = tuple(LoraModule(lin, setup.lora_rank) for lin in layer_linears(spec)
+        size = adapters.module_size(setup)
+        lora_modules = tuple(LoraModule(lin, size, setup.method) for lin in layer_linears(spec)
                              if set(lin.parts) & targets and lin.parts not in (("experts",), ("router",)))
         lora_modules += tuple(LoraModule(lin, setup.lora_rank) for lin in moe.adapted_experts(spec, setup))
         if spec.is_moe and targets & {"gate", "up", "down"} and "experts" not in targets:
@@ -152,15 +172,25 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
         notes.append(f"{spec.model_type} has no SDPA path in transformers (attention soft-capping): it runs eager "
                      f"attention, which keeps the s x s scores")
     lora_layers = spec.num_layers
-    if setup.train_layers and setup.method != "full":
+    if setup.method == "lisa":
+        lora_layers = min(setup.lisa_layers, spec.num_layers)       # the layers active in one interval
+    elif setup.train_layers and setup.method != "full":
         # PEFT layers_to_transform / mlx-lm --num-layers: adapters on the last N layers only.
         lora_layers = min(setup.train_layers, spec.num_layers)
     return Stack(method=setup.method, weight_bytes=weight_bytes, residual_bytes=residual_bytes,
                  compute_bytes=compute_bytes, autocast=autocast, autocast_dtype=autocast_dtype,
                  weight_dtype=weight_dtype, residual_cast=residual_cast, adapter_bytes=adapter_bytes,
-                 base_trainable=setup.method == "full", lora_modules=lora_modules, lora_layers=lora_layers,
+                 base_trainable=setup.method in ("full", "lisa"), lora_modules=lora_modules, lora_layers=lora_layers,
                  loss_kind=loss_kind, fp32_logits_copy=recipe.fp32_logits_copy and autocast,
                  keeps_logits=recipe.keeps_logits,
                  logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,
                  ckpt_offload=setup.ckpt_offload, compiled=setup.compile, kbit_upcast=setup.kbit_upcast,
-                 precision=precision, attn=attn, notes=tuple(notes))
+                 precision=precision, attn=attn, notes=tuple(notes),
+                 **_extras(spec, setup, lora_modules))
+
+
+def _extras(spec: ModelSpec, setup: TrainingSetup, lora_modules: tuple[LoraModule, ...]) -> dict:
+    adapters.check_modules(setup, [m.linear for m in lora_modules])
+    trainable, frozen = adapters.extra_params(spec, setup.method, setup.lora_rank, setup.num_virtual_tokens,
+                                              [m.linear for m in lora_modules])
+    return dict(extra_trainable=trainable, extra_frozen_params=frozen)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..params import count_params, layer_linears
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
-from . import moe, optimizers
+from . import adapters, moe, optimizers
 from .quantized_base import PREQUANTIZED, int4_storage_bytes
 from .stack import Stack
 
@@ -65,37 +65,65 @@ def base_weight_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tu
 
 
 def lora_params(stack: Stack) -> int:
-    return stack.lora_layers * sum(m.params for m in stack.lora_modules)
+    """Every adapter element, trainable or frozen (LoRA-FA's A, VeRA's shared projections)."""
+    return stack.lora_layers * sum(m.params for m in stack.lora_modules) + stack.extra_frozen_params + \
+        sum(n * k for n, k in stack.extra_trainable)
+
+
+def adapter_weight_bytes(stack: Stack) -> int:
+    """The adapters' weights in the adapter dtype, and their buffers in their own (physics/adapters.py)."""
+    buffers = sum(adapters.module_buffer_bytes(m.kind, m.linear.d_in, m.rank) for m in stack.lora_modules)
+    return lora_params(stack) * stack.adapter_bytes + stack.lora_layers * buffers
+
+
+def adapter_saved_weight_bytes(spec: ModelSpec, stack: Stack) -> int:
+    """Weight-sized tensors of the adapters kept until backward: 16-bit casts of fp32 adapter weights under
+    autocast, and the delta weights some methods materialize and hand to F.linear (physics/adapters.py)."""
+    casts = extra = 0
+    if stack.autocast and stack.adapter_bytes == 4:
+        casts = 2 * sum(adapters.autocast_cast_elements(m.kind, m.linear.d_in, m.linear.d_out, m.rank)
+                        for m in stack.lora_modules)
+        extra = 2 * adapters.extra_cast_elements(spec, stack.method)
+    always = grad_only = 0
+    for m in stack.lora_modules:
+        a, g = adapters.saved_per_module(m.kind, m.linear.d_in, m.linear.d_out, m.rank, stack.autocast,
+                                         stack.adapter_bytes, stack.residual_bytes)
+        always, grad_only = always + a, grad_only + g
+    # In the first layer (when it is adapted) the input comes from the frozen embedding and needs no gradient:
+    # F.linear keeps the weight only to compute the input's gradient.
+    grad_layers = stack.lora_layers - (1 if stack.lora_layers == spec.num_layers else 0)
+    return stack.lora_layers * (casts + always) + grad_layers * grad_only + extra
 
 
 def trainable_params(spec: ModelSpec, stack: Stack) -> int:
-    return count_params(spec).total if stack.base_trainable else lora_params(stack)
+    if stack.base_trainable and stack.method != "lisa":
+        return count_params(spec).total
+    return sum(n * k for n, k in trainable_tensor_sizes(spec, stack))
 
 
 def trainable_tensor_sizes(spec: ModelSpec, stack: Stack) -> list[tuple[int, int]]:
     """(elements, how many such tensors) for every trainable tensor: drives 8-bit and paged thresholds."""
     if not stack.base_trainable:
-        out = []
-        for m in stack.lora_modules:
-            copies = m.linear.copies     # 3-D experts: lora_A [r*E, in], lora_B [out, r*E] (PEFT ParamWrapper)
-            out += [(m.rank * copies * m.linear.d_in, stack.lora_layers),
-                    (m.rank * copies * m.linear.d_out, stack.lora_layers)]
-        return out
+        out = [(n, stack.lora_layers) for m in stack.lora_modules for n in m.tensors]
+        return out + list(stack.extra_trainable)
     counts = count_params(spec)
     out = [(spec.vocab_size * spec.hidden_size, 1)]
     if spec.position_embeddings:
         out.append((spec.position_embeddings * spec.hidden_size, 1))
     if counts.lm_head >= spec.vocab_size * spec.hidden_size:
         out.append((spec.vocab_size * spec.hidden_size, 1))
+    # LISA trains the embedding, the head, the final norm and `lisa_layers` whole layers at a time
+    # (physics/adapters.py); full fine-tuning every layer.
+    layers = stack.lora_layers if stack.method == "lisa" else spec.num_layers
     for lin in layer_linears(spec):
-        out.append((lin.d_in * lin.d_out * lin.copies, spec.num_layers))
+        out.append((lin.d_in * lin.d_out * lin.copies, layers))
         if lin.bias:
-            out.append((lin.d_out * lin.copies, spec.num_layers))
+            out.append((lin.d_out * lin.copies, layers))
     norm_tensors = spec.norms_per_layer * (2 if spec.norm_bias else 1)
-    out.append((spec.hidden_size, spec.num_layers * norm_tensors))
+    out.append((spec.hidden_size, layers * norm_tensors))
     if spec.qk_norm != "none":
         q, k = (spec.head_dim, spec.head_dim) if spec.qk_norm == "head" else (spec.q_dim, spec.kv_dim)
-        out += [(q, spec.num_layers), (k, spec.num_layers)]
+        out += [(q, layers), (k, layers)]
     out.append((counts.final_norm, 1))
     return out
 
@@ -142,9 +170,14 @@ def optimizer_state_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -
 
 
 def _adafactor_bytes(spec: ModelSpec, stack: Stack) -> int:
-    if not stack.base_trainable:
+    if not stack.base_trainable and all(m.kind in ("lora", "qlora") for m in stack.lora_modules) and \
+            not stack.extra_trainable:
         return stack.lora_layers * sum(4 * (m.rank + m.linear.d_in) + 4 * (m.linear.d_out + m.rank)
                                        for m in stack.lora_modules)
+    if not stack.base_trainable:
+        # Other adapters: vectors keep a full fp32 second moment; matrices are treated as unfactored (an upper
+        # bound: Adafactor factors 2-D tensors, which is rows + cols).
+        return 4 * sum(n * k for n, k in trainable_tensor_sizes(spec, stack))
     h, v = spec.hidden_size, spec.vocab_size
     per_layer = sum(4 * (lin.d_in + lin.d_out) * lin.copies + (4 * lin.d_out if lin.bias else 0)
                     for lin in layer_linears(spec))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..estimator import Estimate
+from ..options import LINEAR_ADAPTER_METHODS, RANKED_METHODS
 from ..units import count, gib, human
 from ..verdict import Verdict
 
@@ -25,8 +26,11 @@ def setup_line(est: Estimate) -> str:
              mark("seq_len", f"length {s.seq_len}"), mark("precision", est.precision),
              mark("optimizer", s.optimizer), mark("grad_ckpt", "grad-ckpt" if s.grad_ckpt else "no grad-ckpt"),
              mark("attn", f"attn {s.attn}")]
-    if s.method != "full":
-        parts.append(mark("lora_rank", f"LoRA r{s.lora_rank} {','.join(s.lora_targets)}"))
+    if s.method in RANKED_METHODS:
+        label = "LoRA r" if s.method in ("lora", "qlora") else "r"
+        parts.append(mark("lora_rank", f"{label}{s.lora_rank} {','.join(s.lora_targets)}"))
+    elif s.method in LINEAR_ADAPTER_METHODS:
+        parts.append(mark("lora_targets", ",".join(s.lora_targets)))
     if s.method == "qlora":
         parts.append(mark("quant", s.quant))
     if s.grad_accum > 1:
@@ -191,7 +195,7 @@ def render_check(result, written_path=None, written=None) -> str:
              f"  read as: {s.method}, batch {s.batch_size} x accumulation {s.grad_accum}, length {s.seq_len}, "
              f"{'gradient checkpointing' if s.grad_ckpt else 'no checkpointing'}, {s.optimizer}, attn {s.attn}"
              + (f", {s.quant} base" if s.method == "qlora" else "")
-             + (f", LoRA r{s.lora_rank} {','.join(s.lora_targets)}" if s.method != "full" else "")
+             + (f", LoRA r{s.lora_rank} {','.join(s.lora_targets)}" if s.method in ("lora", "qlora") else "")
              + (f", {s.shard} over {s.world_size} GPUs" if s.shard != "none" else ""),
              f"  keys used: {', '.join(m.used)}"]
     lines += [f"  assumed: {d}" for d in m.defaults]

@@ -15,9 +15,11 @@ import torch
 from torch import nn
 
 from ..errors import SourceError
+from ..options import PEFT_METHODS
 from ..physics.stack import Stack
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
+from . import adapters
 
 _TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -80,6 +82,12 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
         for p in model.parameters():
             p.requires_grad_(False)
         model = _apply_lora(model, spec, setup, stack)
+    elif setup.method == "lisa":
+        adapters.freeze_inactive_layers(layers, stack.lora_layers)
+    elif setup.method in PEFT_METHODS:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        model = adapters.apply(model, spec, setup, stack)
     if setup.grad_ckpt:
         target = model.get_base_model() if hasattr(model, "get_base_model") else model
         target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": setup.ckpt_reentrant})
