@@ -62,7 +62,7 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=weight_dtype,
                                                               attn_implementation=attn)
     model.train()
-    layers = _decoder_layers(model)
+    layers = _decoder_layers(model, spec)
     quantized: list[nn.Linear] = []
     if setup.method == "qlora":
         quantized = _fake_4bit_linears(layers)
@@ -96,13 +96,9 @@ def storage_on(model: nn.Module, device: str) -> None:
         base.tie_weights()
 
 
-def _decoder_layers(model: nn.Module) -> list[nn.Module]:
-    for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) and "Layer" in type(module[0]).__name__:
-            return list(module)
-        if isinstance(module, nn.ModuleList) and len(module) and "Block" in type(module[0]).__name__:
-            return list(module)
-    return []
+def _decoder_layers(model: nn.Module, spec: ModelSpec) -> list[nn.Module]:
+    layer_class = spec.traits["layer"]
+    return [m for m in model.modules() if type(m).__name__ == layer_class]
 
 
 def _apply_lora(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
