@@ -30,7 +30,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("vision tower weights", "allocated", "a VLM's vision tower and projector as loaded (frozen: no gradient "
          "or optimizer state)", "weights"),
     Kind("pixel values", "allocated", "a VLM batch's patch pixels (the processor's flattened patches)", "weights"),
-    Kind("master weights", "allocated", "fp32 master partition of the trainable weights (DeepSpeed ZeRO)", None),
+    Kind("master weights", "allocated", "fp32 master copy of the trainable weights (DeepSpeed ZeRO's partition, "
+         "Megatron's main parameters)", None),
     Kind("gradients", "allocated", "trainable parameters × their dtype (after the first micro-batch with gradient "
          "accumulation)", "gradients"),
     Kind("optimizer state", "allocated", "AdamW moments in the parameter's dtype (torch), 8-bit blockwise "
@@ -56,8 +57,8 @@ KINDS: tuple[Kind, ...] = (
          "all-gather)", None),
     Kind("communication buffers", "allocated", "DDP gradient buckets, ZeRO reduce buckets, or one layer's "
          "unsharded gradient for reduce-scatter", None),
-    Kind("context-parallel buffers", "allocated", "with --cp: attention's K/V (ring) or all-to-all (Ulysses) "
-         "buffers across the GPUs of one sequence", None),
+    Kind("context-parallel buffers", "allocated", "with `--cp`: attention's K/V all-gather, all-to-all or ring "
+         "chunks across the GPUs of one sequence, one layer at a time", None),
     Kind("activation temporaries", "allocated", "Megatron: the 5% its theoretical memory report adds for "
          "optimizer and miscellaneous temporaries", None),
     Kind("reference model", "allocated", "preference/RL trainers: a second copy of the frozen weights (TRL's "

@@ -124,8 +124,8 @@ def _explain_megatron(spec: ModelSpec, setup: TrainingSetup, est) -> ExplainResu
              "distributed optimizer, 6 + 12/dp with it (megatron/training/theoretical_memory_usage.py)",
              f"per GPU the weights are 1/tp of each matrix and 1/pp of the layers ({lay.words()})")
     one_layer = round(mg.layer_activation_bytes(spec, setup, lay))
-    return ExplainResult(rows=rows, rule_bytes_per_weight=16.0, estimate=est, per_layer_activation_bytes=one_layer,
-                         checkpoint_bytes_per_layer=round(2 * setup.batch_size * setup.seq_len / lay.cp
+    return ExplainResult(rows=rows, rule_bytes_per_weight=RULES["full-master"][0], estimate=est,
+                         per_layer_activation_bytes=one_layer, checkpoint_bytes_per_layer=round(2 * setup.batch_size * setup.seq_len / lay.cp
                                                           * spec.hidden_size
                                                           / (lay.tp if lay.sequence_parallel else 1)),
                          differences=diffs)

@@ -77,7 +77,10 @@ def levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[tu
     out = []
     if setup.recipe in CP_RECIPES and setup.world_size > setup.cp and hardware.kind != "mac":
         out.append(("context-parallel", "context parallelism", lambda s: smallest_cp(spec, s, hardware)))
-    if setup.recipe in OFFLOAD_RECIPES and not setup.activation_offload and not setup.ckpt_offload:
+    # Not offered under hf: the plain HF Trainer has no switch (hf accepts it only because `memfit check` reads
+    # TRL configs as hf).
+    if setup.recipe in OFFLOAD_RECIPES and setup.recipe != "hf" and not setup.activation_offload \
+            and not setup.ckpt_offload:
         out.append(("activation-offload", "activation offload", lambda s: s.replace(activation_offload=True)))
     if setup.recipe == "megatron":
         if setup.recompute != "full":
