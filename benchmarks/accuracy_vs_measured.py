@@ -145,11 +145,7 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
     if row["framework"] in REENTRANT_FRAMEWORKS and row["grad_ckpt"] == "1":
         kw["ckpt_reentrant"] = True
     if method in ("lora", "qlora"):
-        targets = row["lora_targets"]
-        if "head" in targets:
-            notes.append("LoRA on lm_head not modelled (its adapter and input copy are small)")
-            targets = ",".join(t for t in targets.split(",") if t != "head")
-        kw["lora_targets"] = parse_targets(targets)
+        kw["lora_targets"] = parse_targets(row["lora_targets"])
         kw["lora_rank"] = int(row["lora_rank"])
         kw["lora_dropout"] = 0.05 if recipe == "litgpt" else 0.0
         if row["framework"] == "fsdp_qlora":

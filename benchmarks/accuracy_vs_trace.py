@@ -34,10 +34,15 @@ FAMILIES = ["llama-3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3
             "smollm2-135m", "pythia-160m", "stablelm-2-1.6b", "olmo-2-1b", "gpt2", "tinyllama-1.1b"]
 
 
+OUTER_TARGETS = "all-linear,head,embed"
+
+
 def matrix(quick: bool):
     if quick:
         for model, method in itertools.product(FAMILIES, ("full", "lora", "qlora")):
             yield model, dict(method=method, batch_size=1, seq_len=256)
+        for model in FAMILIES:   # LoRA on the embedding and lm_head too (physics/lora_outer.py)
+            yield model, dict(method="lora", batch_size=1, seq_len=256, lora_targets=OUTER_TARGETS)
         return
     cells = []
     for method, batch, length, ckpt, attn, model in itertools.product(
@@ -47,6 +52,9 @@ def matrix(quick: bool):
         cells.append((model, dict(method=method, batch_size=batch, seq_len=length, grad_ckpt=ckpt, attn=attn)))
     # A fixed shuffle: when the time budget cuts the run short, what was traced is a sample of every
     # dimension (family, method, batch, length, checkpointing, attention), not the first rows of one.
+    for model, ckpt in itertools.product(FAMILIES, (False, True)):
+        cells.append((model, dict(method="lora", batch_size=1, seq_len=2048, grad_ckpt=ckpt,
+                                  lora_targets=OUTER_TARGETS)))
     random.Random(0).shuffle(cells)
     yield from cells
 

@@ -47,6 +47,10 @@ QUANTS = BNB_QUANTS + MLX_QUANTS + PREQUANT_QUANTS
 SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+# LoRA outside the decoder layers (physics/lora_outer.py): PEFT's lora.Embedding and lm_head.
+OUTER_TARGETS = ("embed", "head")
+OUTER_ALIASES = {"lm_head": "head", "output": "head", "embed_tokens": "embed", "embeddings": "embed",
+                 "embedding": "embed", "wte": "embed", "tok_embeddings": "embed"}
 # The loss kernels memfit prices (physics/loss.py has each one's memory and its source).
 LOSSES = {
     "hf": "transformers ForCausalLMLoss: logits.float() then cross_entropy (full fp32 logits)",
@@ -144,7 +148,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("lora_rank", "int", "LoRA rank", default=8, minimum=1, maximum=MAX_RANK, methods=ADAPTER_METHODS,
            tool_keys=_keys(axolotl="lora_r", llamafactory="lora_rank", torchtune="model.lora_rank", trl="lora_r",
                            mlx="lora_parameters.rank")),
-    Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}",
+    Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}, plus embed and "
+           "head (lm_head) for LoRA on the embedding and the output projection",
            default=("q", "v"), methods=ADAPTER_METHODS,
            tool_keys=_keys(axolotl="lora_target_modules", llamafactory="lora_target",
                            torchtune="model.lora_attn_modules", trl="lora_target_modules")),
@@ -215,11 +220,15 @@ def parse_targets(value) -> tuple[str, ...]:
     raw = [str(t).strip().lower() for t in items if str(t).strip()]
     if raw in (["all-linear"], ["all"], ["all_linear"]):
         return ALL_TARGETS
-    out = tuple(dict.fromkeys(t.removesuffix("_proj") for t in raw))
-    bad = [t for t in out if t not in ALL_TARGETS]
+    expanded = []
+    for t in raw:
+        # all-linear plus the outer modules: "all-linear,head" (PEFT's all-linear leaves lm_head out)
+        expanded += list(ALL_TARGETS) if t in ("all-linear", "all", "all_linear") else [OUTER_ALIASES.get(t, t)]
+    out = tuple(dict.fromkeys(t.removesuffix("_proj") for t in expanded))
+    bad = [t for t in out if t not in ALL_TARGETS + OUTER_TARGETS]
     if bad or not out:
         raise ValueError(f"unknown LoRA target {', '.join(bad) or '(none)'}; use all-linear or a comma list of "
-                         f"{','.join(ALL_TARGETS)}")
+                         f"{','.join(ALL_TARGETS + OUTER_TARGETS)}")
     return out
 
 

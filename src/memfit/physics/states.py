@@ -62,7 +62,7 @@ def base_weight_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tu
 
 
 def lora_params(stack: Stack) -> int:
-    return stack.lora_layers * sum(m.params for m in stack.lora_modules)
+    return stack.lora_layers * sum(m.params for m in stack.lora_modules) + sum(m.params for m in stack.outer_lora)
 
 
 def trainable_params(spec: ModelSpec, stack: Stack) -> int:
@@ -75,6 +75,8 @@ def trainable_tensor_sizes(spec: ModelSpec, stack: Stack) -> list[tuple[int, int
         out = []
         for m in stack.lora_modules:
             out += [(m.rank * m.linear.d_in, stack.lora_layers), (m.rank * m.linear.d_out, stack.lora_layers)]
+        for m in stack.outer_lora:
+            out += [(m.rank * m.linear.d_in, 1), (m.rank * m.linear.d_out, 1)]
         return out
     counts = count_params(spec)
     out = [(spec.vocab_size * spec.hidden_size, 1)]
