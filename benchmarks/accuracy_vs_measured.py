@@ -179,7 +179,7 @@ def evaluate(rows: list[dict]) -> dict:
         predicted = getattr(est, COUNTER_ATTR.get(row["counter"], "device_bytes"))
         own = overheads(est.peak_allocated_bytes)
         entry = {"id": row["id"], "group": row["group"], "stack": STACK_OF_GROUP.get(row["group"], row["framework"]),
-                 "model": row["model_key"], "method": row["method"], "counter": row["counter"],
+                 "model": row["model_key"], "method": setup.method, "counter": row["counter"],
                  "bound": row["bound"], "measured": measured, "predicted": predicted, "device": est.device_bytes,
                  "own_low": min(own.range_low, est.device_bytes), "own_high": max(own.range_high, est.device_bytes),
                  "peak_phase": est.peak_phase, "notes": notes, "confidence": row["confidence"]}
