@@ -158,8 +158,8 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         kw["ckpt_reentrant"] = True
     if method in LINEAR_ADAPTER_METHODS and row["lora_targets"]:
         targets = row["lora_targets"]
-        if "head" in targets:
-            notes.append("LoRA on lm_head not modelled (its adapter and input copy are small)")
+        if method not in ("lora", "qlora") and "head" in targets:
+            notes.append(f"{method} on lm_head not modelled (LoRA's is: physics/lora_outer.py)")
             targets = ",".join(t for t in targets.split(",") if t != "head")
         kw["lora_targets"] = parse_targets(targets)
         if row["lora_rank"]:
@@ -202,7 +202,7 @@ def evaluate(rows: list[dict]) -> dict:
         own = overheads(est.peak_allocated_bytes)
         entry = {"id": row["id"], "group": row["group"], "stack": STACK_OF_GROUP.get(row["group"], row["framework"]),
                  "model": row["model_key"],
-                 "method": "peft" if row["method"] == "other" else row["method"], "counter": row["counter"],
+                 "method": "peft" if row["method"] == "other" else setup.method, "counter": row["counter"],
                  "bound": row["bound"], "measured": measured, "predicted": predicted, "device": est.device_bytes,
                  "own_low": min(own.range_low, est.device_bytes), "own_high": max(own.range_high, est.device_bytes),
                  "peak_phase": est.peak_phase, "notes": notes, "confidence": row["confidence"]}

@@ -50,6 +50,7 @@ VLM_CELLS = [
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 PEFT_FAMILIES = ["smollm2-135m", "qwen2.5-0.5b", "gemma-3-1b"]
 PEFT_METHODS = _PEFT + ("lisa",)
+OUTER_TARGETS = "all-linear,head,embed"
 
 
 def peft_cells():
@@ -66,6 +67,8 @@ def matrix(quick: bool, vlm: bool = False):
     if quick:
         for model, method in itertools.product(FAMILIES, ("full", "lora", "qlora")):
             yield model, dict(method=method, batch_size=1, seq_len=256)
+        for model in FAMILIES:   # LoRA on the embedding and lm_head too (physics/lora_outer.py)
+            yield model, dict(method="lora", batch_size=1, seq_len=256, lora_targets=OUTER_TARGETS)
         yield from peft_cells()
         return
     cells = []
@@ -76,6 +79,9 @@ def matrix(quick: bool, vlm: bool = False):
         cells.append((model, dict(method=method, batch_size=batch, seq_len=length, grad_ckpt=ckpt, attn=attn)))
     # A fixed shuffle: when the time budget cuts the run short, what was traced is a sample of every
     # dimension (family, method, batch, length, checkpointing, attention), not the first rows of one.
+    for model, ckpt in itertools.product(FAMILIES, (False, True)):
+        cells.append((model, dict(method="lora", batch_size=1, seq_len=2048, grad_ckpt=ckpt,
+                                  lora_targets=OUTER_TARGETS)))
     random.Random(0).shuffle(cells)
     yield from peft_cells()
     yield from cells

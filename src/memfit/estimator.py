@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import context_parallel as cp
-from .physics import fp8, load, moe, quantized_base, sharding, states, trainers
+from .physics import fp8, load, lora_outer, moe, quantized_base, sharding, states, trainers
 from .physics import vision as vision_physics
 from .physics.adapters import assumption as adapter_assumption
 from .physics.adapters import virtual_tokens
@@ -204,7 +204,10 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         mixed_casts -= 2 * sum(lin.weight_params for lin in first)
     if setup.method == "qlora" and stack.autocast and stack.kbit_upcast:
         mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
-    adapter_casts = states.adapter_saved_weight_bytes(spec, stack)
+    fp32_adapters_cast = stack.autocast and stack.adapter_bytes == 4
+    # LoRA on lm_head / the embedding sits outside the checkpointed layers: its casts are saved either way.
+    outer_casts = 2 * lora_outer.cast_params(stack.outer_lora) if fp32_adapters_cast else 0
+    adapter_casts = states.adapter_saved_weight_bytes(spec, stack) + outer_casts
     # LoRA on fused experts folds W + s*B@A into a new expert stack per layer, saved like a weight cast.
     expert_delta = moe.expert_delta_weight_bytes(spec, stack)
     expert_casts = moe.expert_saved_delta_bytes(spec, stack)
@@ -222,6 +225,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         quant_saved_per_token=quantized_base.saved_per_token_bytes(spec, setup, stack),
         quant_saved_per_layer=quantized_base.saved_per_layer_bytes(spec, setup),
         casts=mixed_casts + adapter_casts + expert_casts, weight_casts=mixed_casts, adapter_casts=adapter_casts,
+        outer_casts=outer_casts,
         head_cast=2 * spec.vocab_size * spec.hidden_size if mixed_casts else 0,
         layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1) + expert_delta,
         head_grad=min(head_grad, grads), embed_grad=min(embed_grad, grads),
@@ -315,7 +319,7 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
         p["weight_casts"] if stack.weight_dtype == "fp32" and stack.base_trainable else p["head_cast"])
     phases["forward (end)"] = {**state, "gradients": accum_grads, "autocast weight copies": fwd_casts,
                                **saved_layers, **head, "logits and loss": loss.saved + loss.forward_extra}
-    bwd_casts = p["head_cast"] if setup.grad_ckpt else p["casts"]
+    bwd_casts = p["head_cast"] + p["outer_casts"] if setup.grad_ckpt else p["casts"]
     phases["cross-entropy backward"] = {**state, "gradients": accum_grads, "autocast weight copies": bwd_casts,
                                         **saved_layers, **head, "logits and loss": loss.saved + loss.backward_extra}
     # Backward through the top layer: the loss buffers are gone, the hidden-state grad and head grads exist.
@@ -376,7 +380,7 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
                f"{_ckpt_words(setup)}, "
                f"attention {stack.attn}")
     if setup.method in ("lora", "qlora"):
-        names = ",".join(sorted({m.linear.name for m in stack.lora_modules}))
+        names = ",".join(sorted({m.linear.name for m in stack.lora_modules + stack.outer_lora}))
         out.append(f"LoRA rank {setup.lora_rank} on {names} in {stack.lora_layers} of {spec.num_layers} layers, "
                    f"adapters in {'fp32' if stack.adapter_bytes == 4 else '16-bit'}, dropout {setup.lora_dropout}")
     out += moe.assumptions(spec, setup) + [a for a in (fp8.assumption(setup),) if a]

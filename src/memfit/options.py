@@ -77,6 +77,10 @@ ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 # Targets that are parameters, not nn.Linear (PEFT target_parameters): transformers v5's fused 3-D MoE experts.
 # all-linear never includes them (PEFT's all-linear matches nn.Linear modules only).
 PARAM_TARGETS = ("experts",)
+# LoRA outside the decoder layers (physics/lora_outer.py): PEFT's lora.Embedding and lm_head.
+OUTER_TARGETS = ("embed", "head")
+OUTER_ALIASES = {"lm_head": "head", "output": "head", "embed_tokens": "embed", "embeddings": "embed",
+                 "embedding": "embed", "wte": "embed", "tok_embeddings": "embed"}
 # The loss kernels memfit prices (physics/loss.py has each one's memory and its source).
 LOSSES = {
     "hf": "transformers ForCausalLMLoss: logits.float() then cross_entropy (full fp32 logits)",
@@ -202,8 +206,9 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            minimum=1, maximum=MAX_RANK, methods=RANKED_METHODS,
            tool_keys=_keys(axolotl="lora_r", llamafactory="lora_rank", torchtune="model.lora_rank", trl="lora_r",
                            mlx="lora_parameters.rank")),
-    Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}; experts: the "
-           "fused MoE experts (PEFT target_parameters)",
+    Option("lora_targets", "targets", f"all-linear or a comma list of {','.join(ALL_TARGETS)}, plus embed and "
+           "head (lm_head) for LoRA on the embedding and the output projection, and experts for the fused MoE "
+           "experts (PEFT target_parameters)",
            default=("q", "v"), methods=LINEAR_ADAPTER_METHODS,
            tool_keys=_keys(axolotl="lora_target_modules", llamafactory="lora_target",
                            torchtune="model.lora_attn_modules", trl="lora_target_modules")),
@@ -340,13 +345,16 @@ def parse_targets(value) -> tuple[str, ...]:
     raw = [str(t).strip().lower() for t in items if str(t).strip()]
     if raw in (["all-linear"], ["all"], ["all_linear"]):
         return ALL_TARGETS
-    expanded = [part for t in raw for part in (ALL_TARGETS if t in ("all-linear", "all", "all_linear") else
-                                               (t.removesuffix("_proj"),))]
-    out = tuple(dict.fromkeys(expanded))
-    bad = [t for t in out if t not in ALL_TARGETS + PARAM_TARGETS]
+    expanded = []
+    for t in raw:
+        # all-linear plus the outer modules: "all-linear,head" (PEFT's all-linear leaves lm_head out)
+        expanded += list(ALL_TARGETS) if t in ("all-linear", "all", "all_linear") else [OUTER_ALIASES.get(t, t)]
+    out = tuple(dict.fromkeys(t.removesuffix("_proj") for t in expanded))
+    known = ALL_TARGETS + OUTER_TARGETS + PARAM_TARGETS
+    bad = [t for t in out if t not in known]
     if bad or not out:
         raise ValueError(f"unknown LoRA target {', '.join(bad) or '(none)'}; use all-linear or a comma list of "
-                         f"{','.join(ALL_TARGETS + PARAM_TARGETS)}")
+                         f"{','.join(known)}")
     return out
 
 

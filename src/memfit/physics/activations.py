@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from . import adapters
 from .compile import compiled_coefficients, compiled_mlp_bytes_per_token
+from .lora_outer import embed_saved_per_token
 from .stack import Stack
 
 
@@ -304,8 +305,9 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
     with it, only checkpoints and the top layer's recomputation are alive)."""
     walk = _Walk(spec, setup, stack)
     train = stack.base_trainable
-    if not train and stack.lora_layers == spec.num_layers and not _post_norm(spec) and not setup.grad_ckpt and \
-            not adapters.first_layer_input_trains(stack.method):
+    outer = {m.linear.parts[0]: m for m in stack.outer_lora}
+    if not train and stack.lora_layers == spec.num_layers and not _post_norm(spec) and not setup.grad_ckpt \
+            and not adapters.first_layer_input_trains(stack.method) and "embed" not in outer:
         first = _Walk(spec, setup, stack)
         first.norm(spec.hidden_size, stack.residual_bytes, False)
         walk.add(-first.per_token)
@@ -315,5 +317,12 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
         walk.add(spec.hidden_size)
     walk.norm(spec.hidden_size, stack.residual_bytes, walk.norms_train)
     walk.linear_inputs(spec.hidden_size, stack.residual_bytes, 1)
+    if "embed" in outer:
+        walk.add(embed_saved_per_token(outer["embed"].rank, stack.adapter_bytes, stack.autocast))
+    if "head" in outer:
+        # lm_head's adapter reads the final norm output like any adapted linear (the walk's LoRA rule).
+        head = _Walk(spec, setup, replace(stack, lora_modules=(outer["head"],)))
+        head.lora({"head"}, spec.hidden_size, stack.residual_bytes)
+        walk.add(head.per_token)
     walk.add(8)                                        # int64 labels saved by the loss
     return walk.per_token

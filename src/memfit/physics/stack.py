@@ -14,6 +14,7 @@ from ..recipes import get_recipe
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
 from . import adapters, moe
+from .lora_outer import outer_linears
 
 @dataclass(frozen=True)
 class LoraModule:
@@ -51,6 +52,7 @@ class Stack:
     adapter_bytes: int         # LoRA A/B weights and grads
     base_trainable: bool       # full fine-tuning
     lora_modules: tuple[LoraModule, ...]   # per adapted layer
+    outer_lora: tuple[LoraModule, ...]     # LoRA on the embedding / lm_head (once each; physics/lora_outer.py)
     lora_layers: int           # how many (last) layers carry adapters (setup.train_layers)
     loss_kind: str             # "hf" | "plain" | "chunked-fp32" | "chunked-kept" | "liger" | "unsloth" |
                                # "trl-chunked-nll" | "trl-fused-head" (physics/loss.py)
@@ -181,6 +183,8 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                  compute_bytes=compute_bytes, autocast=autocast, autocast_dtype=autocast_dtype,
                  weight_dtype=weight_dtype, residual_cast=residual_cast, adapter_bytes=adapter_bytes,
                  base_trainable=setup.method in ("full", "lisa"), lora_modules=lora_modules, lora_layers=lora_layers,
+                 outer_lora=tuple(LoraModule(lin, setup.lora_rank) for lin in outer_linears(spec, setup))
+                 if setup.method in ("lora", "qlora") else (),
                  loss_kind=loss_kind, fp32_logits_copy=recipe.fp32_logits_copy and autocast,
                  keeps_logits=recipe.keeps_logits,
                  logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,

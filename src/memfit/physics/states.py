@@ -67,7 +67,7 @@ def base_weight_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tu
 def lora_params(stack: Stack) -> int:
     """Every adapter element, trainable or frozen (LoRA-FA's A, VeRA's shared projections)."""
     return stack.lora_layers * sum(m.params for m in stack.lora_modules) + stack.extra_frozen_params + \
-        sum(n * k for n, k in stack.extra_trainable)
+        sum(n * k for n, k in stack.extra_trainable) + sum(m.params for m in stack.outer_lora)
 
 
 def adapter_weight_bytes(stack: Stack) -> int:
@@ -105,6 +105,7 @@ def trainable_tensor_sizes(spec: ModelSpec, stack: Stack) -> list[tuple[int, int
     """(elements, how many such tensors) for every trainable tensor: drives 8-bit and paged thresholds."""
     if not stack.base_trainable:
         out = [(n, stack.lora_layers) for m in stack.lora_modules for n in m.tensors]
+        out += [(n, 1) for m in stack.outer_lora for n in m.tensors]    # embedding / lm_head LoRA: once
         return out + list(stack.extra_trainable)
     counts = count_params(spec)
     out = [(spec.vocab_size * spec.hidden_size, 1)]

@@ -105,7 +105,12 @@ def storage_on(model: nn.Module, device: str) -> None:
     model.to_empty(device=device)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if getattr(base.config, "tie_word_embeddings", False):
-        base.tie_weights()
+        inp, out = base.get_input_embeddings(), base.get_output_embeddings()
+        if hasattr(inp, "base_layer") or hasattr(out, "base_layer"):
+            # PEFT wrapped the embedding or lm_head (LoRA on them): tie the wrapped base layers' weights.
+            getattr(out, "base_layer", out).weight = getattr(inp, "base_layer", inp).weight
+        else:
+            base.tie_weights()
 
 
 def _decoder_layers(model: nn.Module, spec: ModelSpec) -> list[nn.Module]:
@@ -117,6 +122,11 @@ def _apply_lora(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     from peft import LoraConfig, get_peft_model
 
     names = sorted({m.linear.name for m in stack.lora_modules if m.linear.parts != ("experts",)})
+    # LoRA on the embedding / lm_head (physics/lora_outer.py): their module names as this model spells them.
+    outer = {m.linear.parts[0] for m in stack.outer_lora}
+    for part, module in (("embed", model.get_input_embeddings()), ("head", model.get_output_embeddings())):
+        if part in outer:
+            names += [n for n, m in model.named_modules() if m is module]
     kwargs = {}
     experts = sorted({m.linear.name for m in stack.lora_modules if m.linear.parts == ("experts",)})
     if experts:
