@@ -153,9 +153,15 @@ def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack, tokens: int
         # in fp32 (:406-412) and casts them back at the end (:456-457) while the fp32 ones are alive.
         cb = stack.compute_bytes
         tile = min(T, TRL_TILE_TOKENS) * TRL_TILE_VOCAB * cb
-        head = V * H * (4 + head_w) if stack.base_trainable else 0
+        # The casts back are no-ops when the weight or the hidden states already are fp32 (Tensor.to, same dtype).
+        head = V * H * (4 + (head_w if head_w != 4 else 0)) if stack.base_trainable else 0
+        # Under autocast with fp32 weights, each vocabulary chunk of lm_head and each token chunk of the hidden
+        # states is cast to the compute dtype while it is used (chunked_logprob.py:354-357, :416-419).
+        casts = (min(V, TRL_TILE_VOCAB) * H * cb if head_w != cb else 0) + \
+            (min(T, TRL_TILE_TOKENS) * H * cb if hidden_b != cb else 0)
         return LossMemory(saved=T * H * hidden_b + 4 * TRL_TOKEN_SAVED * T,
-                          forward_extra=tile + 4 * TRL_TOKEN_STATS * T,
-                          backward_extra=tile + T * H * (4 + hidden_b) + head + 8 * T,
+                          forward_extra=tile + 4 * TRL_TOKEN_STATS * T + casts,
+                          backward_extra=tile + T * H * (4 + (hidden_b if hidden_b != 4 else 0)) + head + 8 * T
+                          + casts,
                           note="TRL fused LM head: 4096 x 32768 logit tiles, fp32 gradient accumulators")
     raise ValueError(f"unknown loss kind {kind!r}")
