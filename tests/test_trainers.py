@@ -256,3 +256,10 @@ def test_levers_precompute_and_vllm_are_offered_and_fit():
                          grad_ckpt=True)
     keys = {k for s in suggest(spec, grpo, hw, lambda ref, s, hw=None: "") for k in dict(s.changes)}
     assert keys & {"vllm_sleep", "vllm_gpu_util", "generation"}
+
+
+def test_check_words_trainer_problems_in_the_configs_keys(tmp_path):
+    with pytest.raises(InvalidSetupError) as exc:
+        _check(tmp_path, "model_name_or_path: llama-3.2-1b\nper_device_train_batch_size: 8\nmax_length: 512\n"
+                         "num_generations: 8\nmax_completion_length: 512\n")
+    assert "max_completion_length 512 leaves no prompt" in str(exc.value) and "(max_length)" in str(exc.value)
