@@ -62,11 +62,21 @@ def test_reference_follows_trl_and_the_method():
     (dict(trainer="grpo", ref_model="precomputed"), "precomputed is a DPO/KTO option"),
     (dict(trainer="grpo", vllm_sleep=True), "apply to generation vllm-colocate"),
     (dict(trainer="dpo", seq_len=512, prompt_len=256, completion_len=128), "must equal seq_len"),
+    (dict(trainer="dpo", seq_len=512, completion_len=600), "leaves no prompt"),
+    (dict(trainer="dpo", seq_len=512, prompt_len=600), "leaves no completion"),
+    (dict(trainer="dpo", recipe="mlx"), "mlx-lm's SFT step only"),
 ])
 def test_bad_combinations_are_refused(kw, words):
     with pytest.raises(InvalidSetupError) as exc:
         TrainingSetup(**kw)
     assert words in exc.value.render(lambda n: n)
+
+
+def test_one_problem_per_mistake():
+    """A derived length never adds a second, confusing range error to the real one."""
+    with pytest.raises(InvalidSetupError) as exc:
+        TrainingSetup(trainer="grpo", batch_size=8, seq_len=512, completion_len=512)
+    assert len(exc.value.problems) == 1
 
 
 def test_bad_combination_on_the_command_line_is_one_line(capsys):
@@ -246,3 +256,10 @@ def test_levers_precompute_and_vllm_are_offered_and_fit():
                          grad_ckpt=True)
     keys = {k for s in suggest(spec, grpo, hw, lambda ref, s, hw=None: "") for k in dict(s.changes)}
     assert keys & {"vllm_sleep", "vllm_gpu_util", "generation"}
+
+
+def test_check_words_trainer_problems_in_the_configs_keys(tmp_path):
+    with pytest.raises(InvalidSetupError) as exc:
+        _check(tmp_path, "model_name_or_path: llama-3.2-1b\nper_device_train_batch_size: 8\nmax_length: 512\n"
+                         "num_generations: 8\nmax_completion_length: 512\n")
+    assert "max_completion_length 512 leaves no prompt" in str(exc.value) and "(max_length)" in str(exc.value)

@@ -194,7 +194,10 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     step_temp, step_note = states.optimizer_step_transient(spec, setup, stack)
     counts = count_params(spec)
     # The lm_head matmul casts its weight under autocast whether or not it is tied to the embedding.
-    matmul = spec.num_layers * counts.layer_linear_weights + spec.vocab_size * spec.hidden_size
+    # TRL's fused LM head casts lm_head one vocabulary chunk at a time and saves the weight itself, not a cast
+    # (trl 1.16.0 kernels/chunked_logprob.py:354, :395): no head cast is kept for backward.
+    fused_head = stack.loss_kind == "trl-fused-head"
+    matmul = spec.num_layers * counts.layer_linear_weights + (0 if fused_head else spec.vocab_size * spec.hidden_size)
     weights_cast = stack.autocast and stack.weight_dtype != stack.autocast_dtype
     mixed_casts = 2 * matmul if (weights_cast and setup.method != "qlora") else 0
     if mixed_casts and not stack.base_trainable:
@@ -226,7 +229,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         quant_saved_per_layer=quantized_base.saved_per_layer_bytes(spec, setup),
         casts=mixed_casts + adapter_casts + expert_casts, weight_casts=mixed_casts, adapter_casts=adapter_casts,
         outer_casts=outer_casts,
-        head_cast=2 * spec.vocab_size * spec.hidden_size if mixed_casts else 0,
+        head_cast=2 * spec.vocab_size * spec.hidden_size if mixed_casts and not fused_head else 0,
         layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1) + expert_delta,
         head_grad=min(head_grad, grads), embed_grad=min(embed_grad, grads),
         trainable_params=states.trainable_params(spec, stack), download=counts.total * 2, params=spec.params,

@@ -153,9 +153,21 @@ def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack, tokens: int
         # in fp32 (:406-412) and casts them back at the end (:456-457) while the fp32 ones are alive.
         cb = stack.compute_bytes
         tile = min(T, TRL_TILE_TOKENS) * TRL_TILE_VOCAB * cb
-        head = V * H * (4 + head_w) if stack.base_trainable else 0
+        # The casts back are no-ops when the weight or the hidden states already are fp32 (Tensor.to, same dtype).
+        head = V * H * (4 + (head_w if head_w != 4 else 0)) if stack.base_trainable else 0
+        # When lm_head or the hidden states are not in the compute dtype (fp32 or fp16 weights under bf16
+        # autocast), each vocabulary chunk of lm_head and each token chunk of the hidden states is cast while it is
+        # used (chunked_logprob.py:354-357 inline in forward). In backward the loop variables w_chunk and
+        # hidden_chunk (:416-419) still hold the previous chunk's cast while the next one is made: two at once.
+        compute = stack.autocast_dtype if stack.autocast else stack.weight_dtype
+        hidden_dtype = "fp32" if hidden_b == 4 else stack.weight_dtype
+        w_cast, h_cast = stack.weight_dtype != compute, hidden_dtype != compute
+        casts = (min(V, TRL_TILE_VOCAB) * H * cb if w_cast else 0) + (min(T, TRL_TILE_TOKENS) * H * cb if h_cast else 0)
+        bwd_casts = (min(V, 2 * TRL_TILE_VOCAB) * H * cb if w_cast else 0) + \
+            (min(T, 2 * TRL_TILE_TOKENS) * H * cb if h_cast else 0)
         return LossMemory(saved=T * H * hidden_b + 4 * TRL_TOKEN_SAVED * T,
-                          forward_extra=tile + 4 * TRL_TOKEN_STATS * T,
-                          backward_extra=tile + T * H * (4 + hidden_b) + head + 8 * T,
+                          forward_extra=tile + 4 * TRL_TOKEN_STATS * T + casts,
+                          backward_extra=tile + T * H * (4 + (hidden_b if hidden_b != 4 else 0)) + head + 8 * T
+                          + bwd_casts,
                           note="TRL fused LM head: 4096 x 32768 logit tiles, fp32 gradient accumulators")
     raise ValueError(f"unknown loss kind {kind!r}")

@@ -97,15 +97,18 @@ def resolve(given: dict, values: dict) -> None:
     else:
         for name in ("generation", "vllm_gpu_util", "vllm_sleep"):
             values[name] = given.get(name)
+    # A derived prompt of no tokens is left unset: problems() says the completion fills the row.
     if "prompt_len" not in given and values.get("completion_len") and trainer in ONLINE:
-        values["prompt_len"] = values["seq_len"] - values["completion_len"]
+        rest = values["seq_len"] - values["completion_len"]
+        values["prompt_len"] = rest if rest >= 1 else None
     elif trainer in PREFERENCE and "prompt_len" not in given and "completion_len" in given:
-        values["prompt_len"] = values["seq_len"] - given["completion_len"]
+        rest = values["seq_len"] - given["completion_len"]
+        values["prompt_len"] = rest if rest >= 1 else None
     else:
         values["prompt_len"] = given.get("prompt_len")
     if trainer in PREFERENCE:
-        values["completion_len"] = given.get("completion_len", values["seq_len"] - values["prompt_len"]
-                                             if values["prompt_len"] else None)
+        rest = values["seq_len"] - values["prompt_len"] if values["prompt_len"] else 0
+        values["completion_len"] = given.get("completion_len", rest if rest >= 1 else None)
     values["num_generations"] = given.get("num_generations", NUM_GENERATIONS.get(trainer)) \
         if trainer in ("grpo", "rloo") else given.get("num_generations")
     values["ref_model"] = given.get("ref_model", "auto")
@@ -149,7 +152,7 @@ def problems(setup: TrainingSetup) -> list:
         p.append(Problem("num_generations", f"{{batch_size}} x GPUs x {{grad_accum}} must be a multiple of "
                                             f"{{num_generations}} ({setup.num_generations}): each prompt's "
                                             "completions are generated together"))
-    if t in ONLINE or setup.prompt_len is not None:
+    if t in ONLINE or setup.prompt_len is not None or setup.completion_len is not None:
         total = setup.seq_len
         if setup.prompt_len is not None and setup.prompt_len >= total:
             p.append(Problem("prompt_len", f"{{prompt_len}} {setup.prompt_len} leaves no completion in a row of {total} "
