@@ -88,6 +88,13 @@ def test_explain_full_bf16_foreach(capsys):
     assert any("parameter dtype" in d for d in data["differences"])
 
 
+def test_explain_names_the_adapter_dtype_not_the_run_s(capsys):
+    # PEFT keeps LoRA A/B in fp32 while the base trains in bf16: the row says fp32 (user trial D24).
+    _, out, _ = run(capsys, "explain", "llama-3-8b", "--method", "lora", "--format", "json")
+    weight = next(r for r in json.loads(out)["bytes_per_trained_weight"] if r["what"] == "weight")
+    assert weight["bytes"] == 4 and weight["note"].startswith("fp32 adapter"), weight
+
+
 BAD = [
     (["estimate", "no-such-model-xyz"], 1, "unknown model"),
     (["estimate", "./missing/config.json"], 1, "no such file"),
@@ -231,6 +238,10 @@ def test_readme_flag_reference_is_the_options_table():
     for group in ("setup", "hardware"):
         block = readme.split(f"<!-- flags:{group} -->\n```\n", 1)[1].split("\n```", 1)[0]
         assert block == flag_reference(group), f"{group}: run python tools/readme_flags.py"
+    from memfit.components import readme_table
+
+    table = readme.split("<!-- components -->\n", 1)[1].split("\n<!-- /components -->", 1)[0]
+    assert table == readme_table(), "What is counted: run python tools/readme_flags.py"
 
 
 def test_gpt2_past_its_1024_positions_is_a_warning(capsys):

@@ -129,3 +129,16 @@ def test_check_reads_an_mlx_lm_config_the_mac_way(tmp_path, capsys):
                     "max_seq_length", "fine_tune_type"}
     code, out, _ = _run(capsys, "check", str(path), "--mac", "36GB")
     assert not any(w in out for w in CUDA_WORDS)
+
+
+def test_a_catalog_mac_without_a_measurement_gets_the_same_limit_as_its_ram():
+    # One rule: `--mac m4-max-128gb` and `--mac 128GB` must not disagree about what the GPU may use.
+    from memfit.macs import mac_catalog
+
+    for mac in mac_catalog():
+        by_slug = load_hardware(mac=mac.slug)
+        by_ram = load_hardware(mac=f"{mac.ram_bytes // 2**30}GB")
+        if mac.working_set_kind == "rule":
+            assert by_slug.usable_bytes == by_ram.usable_bytes, mac.slug
+        else:   # a published reading wins over the rule for that machine
+            assert by_slug.usable_bytes == mac.working_set_bytes, mac.slug

@@ -90,3 +90,17 @@ def test_python_cli_and_api_give_the_same_bytes(capsys, client, req):
         assert response.status_code == 422, response.text
         # The same problem, each face in its own words (flags on the command line, JSON keys in the API).
         assert cli.startswith("error: ") and json.loads(response.text)["error"] == python
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests)
+def test_every_component_an_estimate_names_is_in_the_components_table(req):
+    # components.py is the one list of names: the README's table, the trace's groups and the tracker read it.
+    from memfit.components import BY_NAME as COMPONENTS
+
+    try:
+        rep = memfit.report(memfit.Request(model=req["model"], setup=req["options"], **req["hardware"]))
+    except memfit.MemfitError:
+        return
+    names = {c.name for c in rep.estimate.components}
+    assert names <= set(COMPONENTS), names - set(COMPONENTS)

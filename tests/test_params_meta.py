@@ -27,3 +27,15 @@ def test_catalog_count_equals_meta_numel(entry):
     numel = _meta_numel(entry["config"])
     assert count_params(spec).total == numel
     assert entry["params"] == numel
+
+
+@pytest.mark.parametrize("model_type", sorted(__import__("memfit.spec", fromlist=["x"]).FAMILY_TRAITS))
+def test_family_layer_class_is_the_one_transformers_keeps_whole(model_type):
+    # FSDP wraps (engine_config) and the trace's layer boundary use FAMILY_TRAITS' layer class; transformers
+    # names the same class in _no_split_modules (the unit it never splits across devices).
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from memfit.spec import FAMILY_TRAITS
+
+    model_class = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+    assert FAMILY_TRAITS[model_type]["layer"] in model_class._no_split_modules

@@ -160,3 +160,4 @@ def test_shape_free_key_covers_every_field_but_batch_and_length():
     setup = TrainingSetup()
     names = [f.name for f in dataclasses.fields(setup) if f.compare]
     assert len(setup.shape_free_key()) == len(names) - 2
+

@@ -1,9 +1,11 @@
-"""Rewrite the README's flag reference blocks from the options table: python tools/readme_flags.py
+"""Rewrite the README's generated blocks (the flag reference from the options table, "What is counted" from
+components.py): python tools/readme_flags.py
 
 tests/test_cli.py::test_readme_flag_reference_is_the_options_table fails when they differ."""
 
 from pathlib import Path
 
+from memfit.components import readme_table
 from memfit.options import flag_reference
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -16,6 +18,9 @@ def main() -> None:
         head, rest = text.split(marker, 1)
         _, tail = rest.split("\n```", 1)
         text = head + marker + flag_reference(group) + "\n```" + tail
+    head, rest = text.split("<!-- components -->\n", 1)
+    _, tail = rest.split("\n<!-- /components -->", 1)
+    text = head + "<!-- components -->\n" + readme_table() + "\n<!-- /components -->" + tail
     README.write_text(text)
 
 

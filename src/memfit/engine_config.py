@@ -15,15 +15,6 @@ from .errors import InvalidSetupError
 from .setup import TrainingSetup
 from .spec import ModelSpec
 
-# The decoder layer class transformers builds for each model type: FSDP wraps one unit per layer.
-DECODER_LAYER_CLASS = {
-    "llama": "LlamaDecoderLayer", "mistral": "MistralDecoderLayer", "mixtral": "MixtralDecoderLayer",
-    "qwen2": "Qwen2DecoderLayer", "qwen3": "Qwen3DecoderLayer", "qwen2_moe": "Qwen2MoeDecoderLayer",
-    "qwen3_moe": "Qwen3MoeDecoderLayer", "gemma": "GemmaDecoderLayer", "gemma2": "Gemma2DecoderLayer",
-    "gemma3_text": "Gemma3DecoderLayer", "phi": "PhiDecoderLayer", "phi3": "Phi3DecoderLayer", "gpt2": "GPT2Block",
-    "gpt_neox": "GPTNeoXLayer", "falcon": "FalconDecoderLayer", "stablelm": "StableLmDecoderLayer",
-    "olmo2": "Olmo2DecoderLayer",
-}
 ENGINES = ("deepspeed", "accelerate-fsdp")
 
 
@@ -68,7 +59,7 @@ def accelerate_fsdp_config(spec: ModelSpec, setup: TrainingSetup) -> dict:
     if setup.shard not in ("fsdp", "fsdp-shard-grad-op", "hsdp"):
         raise InvalidSetupError(f"--engine accelerate-fsdp needs --shard fsdp|fsdp-shard-grad-op|hsdp "
                                 f"(got {setup.shard})")
-    layer = DECODER_LAYER_CLASS.get(spec.model_type)
+    layer = spec.traits.get("layer")
     if layer is None:
         raise InvalidSetupError(f"no FSDP wrap class known for model_type {spec.model_type!r}")
     bf16, fp16 = _precision_flags(setup)

@@ -14,6 +14,7 @@ from .estimator import SCHEMA_VERSION, Estimate, estimate
 from .physics import activations as act
 from .physics import states
 from .physics.stack import resolve_stack
+from .rule import RULES
 from .setup import TrainingSetup
 from .spec import ModelSpec
 from .units import gib
@@ -63,7 +64,7 @@ class ExplainResult:
 def explain(spec: ModelSpec, setup: TrainingSetup) -> ExplainResult:
     est = estimate(spec, setup)
     if spec.is_rule_of_thumb:
-        from .rule import RULES, rule_key
+        from .rule import rule_key
 
         per, _, what = RULES[rule_key(setup)]
         return ExplainResult(rows=((what, per, "rule of thumb"),), rule_bytes_per_weight=per, estimate=est,
@@ -74,11 +75,15 @@ def explain(spec: ModelSpec, setup: TrainingSetup) -> ExplainResult:
     p = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
     opt_bytes, paged, _ = states.optimizer_state_bytes(spec, setup, stack)
     step_temp, step_note = states.optimizer_step_transient(spec, setup, stack)
-    rows = [("weight", float(p), f"{stack.precision} {'trained weights' if stack.base_trainable else 'adapter'}"),
+    if stack.base_trainable:
+        what = f"{stack.weight_dtype} trained weights"
+    else:   # PEFT keeps adapters in fp32 unless the recipe casts them with the module (physics/stack.py)
+        what = f"{'fp32' if p == 4 else stack.autocast_dtype or stack.weight_dtype} adapter"
+    rows = [("weight", float(p), what),
             ("gradient", states.gradient_bytes(spec, setup, stack) / trained, "same dtype as the weight"),
             ("optimizer state", (opt_bytes + paged) / trained, setup.optimizer),
             ("optimizer step temporaries", step_temp / trained, step_note)]
-    rule = 16.0 if stack.weight_bytes == 4 else 12.0
+    rule = RULES["full-master" if stack.weight_bytes == 4 else "full"][0]
     diffs = []
     if setup.optimizer in ("adamw", "adamw-fused", "adamw-loop") and p == 2:
         diffs.append("torch AdamW keeps exp_avg and exp_avg_sq in the parameter dtype: 2 + 2 B for bf16 "

@@ -32,6 +32,18 @@ MAC_SOURCES = ("exo-explore/exo#1672, AlexsJones/llmfit#754, sgl-project/sglang#
                "antirez/ds4#893")
 
 
+
+def mac_share_words() -> str:
+    """MAC_WORKING_SET_SHARE in words, for listings and help: '2/3 of RAM up to 32 GiB, ...'."""
+    from fractions import Fraction
+
+    def share(x: float) -> str:
+        f = Fraction(x).limit_denominator(4)
+        return f"{f.numerator}/{f.denominator}" if abs(float(f) - x) < 1e-9 else f"{x:.0%}"
+    words = [f"{share(s)} of RAM up to {limit // GiB} GiB" if limit else f"{share(s)} above"
+             for limit, s in MAC_WORKING_SET_SHARE]
+    return ", ".join(words)
+
 @dataclass(frozen=True)
 class Hardware:
     name: str

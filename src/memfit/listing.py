@@ -41,7 +41,7 @@ def _model_row(entry: dict, spec) -> dict:
 
 
 def render_gpus(fmt: str) -> str:
-    from .hardware import MAC_WORKING_SET_SHARE, MAC_SOURCES, gpu_catalog
+    from .hardware import MAC_SOURCES, MAC_WORKING_SET_SHARE, gpu_catalog, mac_share_words
 
     gpus = sorted(gpu_catalog(), key=lambda g: (g["vendor"], g["memory_bytes"]))
     macs = [{"ram_up_to_bytes": limit, "usable_share": share} for limit, share in MAC_WORKING_SET_SHARE]
@@ -51,8 +51,8 @@ def render_gpus(fmt: str) -> str:
     lines += [f"{g['slug']:<18} {gib(g['memory_bytes']):>11}  {g['name']}"
               + (f"  (also: {', '.join(g['aliases'])})" if g["aliases"] else "") for g in gpus]
     lines.append("")
-    lines.append("Apple silicon (--mac RAM or a model from `memfit macs`): usable = Metal's working-set limit, 2/3 of")
-    lines.append("RAM up to 32 GiB, 3/4 up to 96 GiB, 84% above; override with --mac-wired-limit. Any card: --memory 24GiB.")
+    lines.append("Apple silicon (--mac RAM or a model from `memfit macs`): usable = Metal's working-set limit,")
+    lines.append(f"{mac_share_words()}; override with --mac-wired-limit. Any card: --memory 24GiB.")
     return "\n".join(lines)
 
 
@@ -75,12 +75,12 @@ def render_rule(fmt: str) -> str:
     for r in rows:
         lines.append(f"{r['params_b']:>5g}B {r['qlora_gb']:>6.1f}  {r['lora_gb']:>6.0f}  {r['full_gb']:>6.0f}  "
                      f"{r['full-master_gb']:>11.0f}")
-    lines.append("LoRA 2 GB/B + 3; full 12 GB/B + 4 (16 with an fp32 master copy); QLoRA 0.7 GB/B + 3.")
+    lines += [f"{key}: {per_b:g} GB/B + {flat / GB:g} GB ({what})" for key, (per_b, flat, what) in RULES.items()]
     return "\n".join(lines)
 
 
 def render_macs(fmt: str) -> str:
-    from .estimator import SCHEMA_VERSION
+    from .hardware import mac_share_words
     from .macs import mac_catalog
 
     macs = mac_catalog()
@@ -92,6 +92,6 @@ def render_macs(fmt: str) -> str:
     lines = [f"{'slug':<22} {'RAM':>7} {'usable':>11}  how usable is known"]
     lines += [f"{m.slug:<22} {m.ram_bytes // 2**30:>4} GB {gib(m.working_set_bytes):>11}  {m.working_set_kind}"
               for m in macs]
-    lines.append("usable = Metal's recommendedMaxWorkingSetSize ('measured': a published log line; 'rule': 2/3 of RAM "
-                 "up to 32 GB, 3/4 above). Use --mac SLUG, or --mac 36GB for any Mac.")
+    lines.append("usable = Metal's recommendedMaxWorkingSetSize ('measured': a published log line; 'rule': "
+                 f"{mac_share_words()}). Use --mac SLUG, or --mac 36GB for any Mac.")
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """The Apple-silicon Mac catalog: chips, RAM options and Metal's recommendedMaxWorkingSetSize.
 
 Data in ``data/hardware/macs.json``; each entry says whether its working set is a published measurement or the
-2/3-or-3/4 rule, and where it comes from. Loaded on first use, nothing at import.
+rule of hardware.py (the same one `--mac 36GB` uses), and where it comes from. Loaded on first use, nothing at import.
 """
 
 from __future__ import annotations
@@ -33,10 +33,20 @@ class Mac:
 @lru_cache(maxsize=1)
 def mac_catalog() -> tuple[Mac, ...]:
     raw = json.loads((DATA_DIR / "hardware" / "macs.json").read_text(encoding="utf-8"))
-    return tuple(Mac(slug=e["slug"], chip=e["chip"], ram_bytes=e["ram_bytes"],
-                     working_set_bytes=e["working_set_bytes"], working_set_kind=e["working_set_kind"],
-                     working_set_source=e["working_set_source"], ram_source=e["ram_source"],
-                     machines=e["machines"]) for e in raw["macs"])
+    return tuple(_mac(e) for e in raw["macs"])
+
+
+def _mac(e: dict) -> Mac:
+    if e["working_set_kind"] == "measured":
+        working_set, source = e["working_set_bytes"], e["working_set_source"]
+    else:   # one rule for a catalog Mac and for `--mac 36GB`
+        from .hardware import mac_share_words, mac_usable_bytes
+
+        working_set = mac_usable_bytes(e["ram_bytes"])
+        source = "; ".join(filter(None, [f"rule: {mac_share_words()}", e.get("working_set_source")]))
+    return Mac(slug=e["slug"], chip=e["chip"], ram_bytes=e["ram_bytes"], working_set_bytes=working_set,
+               working_set_kind=e["working_set_kind"], working_set_source=source, ram_source=e["ram_source"],
+               machines=e["machines"])
 
 
 def find_mac(name: str) -> Mac:

@@ -1,11 +1,8 @@
 """The seed's rule of thumb, for a bare size like "7B" (no architecture known). GB = 1e9 bytes.
 
-  LoRA  = 2 GB per billion parameters + 3 GB      (16-bit frozen base + a small adapter)
-  full  = 12 GB per billion + 4 GB                (16-bit weight and gradient + two fp32 Adam moments)
-          16 GB per billion + 4 GB with an fp32 master copy (--precision bf16-mixed / fp16-mixed)
-  QLoRA = 0.7 GB per billion + 3 GB               (4-bit base; 8B about 9 GB, 27-32B about 22-26 GB)
-Activations are inside the flat overhead, which is why the rule ignores batch size and length: use a real
-model (catalog name, config.json) for an architecture-aware estimate.
+Each rule is GB per billion parameters plus a flat GB overhead (RULES below; `memfit rule` prints them). Activations
+are inside the flat overhead, which is why the rule ignores batch size and length: use a real model (catalog
+name, config.json) for an architecture-aware estimate.
 """
 
 from __future__ import annotations

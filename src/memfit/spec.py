@@ -17,40 +17,51 @@ from .errors import SourceError, printable, shorten
 # What each transformers model_type builds. Sources: huggingface/transformers src/transformers/models/<type>/
 # modeling_<type>.py (v5.24). mlp: "gated" = act(gate(x)) * up(x) -> down; "plain" = fc2(act(fc1(x))).
 # norm_style "llama": x.float() -> normalize -> cast back -> * weight;  "gemma": (x.float() * (1 + w)).type_as(x).
+# layer: the decoder layer class (FSDP's wrap unit, the trace's layer boundary).
 # names: the nn.Linear module names PEFT targets (q, k, v, o, gate, up, down), fused ones share a name.
 _LLAMA_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj",
                 "gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
 _NEOX_NAMES = {"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": "dense",
                "up": "dense_h_to_4h", "down": "dense_4h_to_h"}
 FAMILY_TRAITS: dict[str, dict] = {
-    "llama": dict(mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES),
-    "mistral": dict(mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES),
-    "mixtral": dict(mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, moe=True),
-    "qwen2": dict(mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, qkv_bias_default=True),
-    "qwen3": dict(mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, qk_norm="head"),
-    "qwen2_moe": dict(mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, moe=True,
+    "llama": dict(layer="LlamaDecoderLayer", mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES),
+    "mistral": dict(layer="MistralDecoderLayer", mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES),
+    "mixtral": dict(layer="MixtralDecoderLayer", mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, moe=True),
+    "qwen2": dict(layer="Qwen2DecoderLayer",
+                  mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, qkv_bias_default=True),
+    "qwen3": dict(layer="Qwen3DecoderLayer",
+                  mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, qk_norm="head"),
+    "qwen2_moe": dict(layer="Qwen2MoeDecoderLayer",
+                      mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, moe=True,
                       qkv_bias_default=True),
-    "qwen3_moe": dict(mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, moe=True, qk_norm="head"),
-    "gemma": dict(mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma",
+    "qwen3_moe": dict(layer="Qwen3MoeDecoderLayer",
+                      mlp="gated", act="silu", norm="rmsnorm", names=_LLAMA_NAMES, moe=True, qk_norm="head"),
+    "gemma": dict(layer="GemmaDecoderLayer", mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma",
                   names=_LLAMA_NAMES, embed_scale=True, tied_default=True),
-    "gemma2": dict(mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma", norms=4,
+    "gemma2": dict(layer="Gemma2DecoderLayer",
+                   mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma", norms=4,
                    names=_LLAMA_NAMES, embed_scale=True, tied_default=True, sdpa=False),
-    "gemma3_text": dict(mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma", norms=4,
+    "gemma3_text": dict(layer="Gemma3DecoderLayer",
+                        mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma", norms=4,
                         names=_LLAMA_NAMES, embed_scale=True, tied_default=True, qk_norm="head"),
-    "phi3": dict(mlp="gated", act="silu", norm="rmsnorm", fused_qkv=True, fused_gate_up=True,
+    "phi3": dict(layer="Phi3DecoderLayer", mlp="gated", act="silu", norm="rmsnorm", fused_qkv=True, fused_gate_up=True,
                  names={"q": "qkv_proj", "k": "qkv_proj", "v": "qkv_proj", "o": "o_proj",
                         "gate": "gate_up_proj", "up": "gate_up_proj", "down": "down_proj"}),
-    "phi": dict(mlp="plain", act="gelu_new", norm="layernorm", norms=1, parallel=True, all_bias=True,
+    "phi": dict(layer="PhiDecoderLayer",
+                mlp="plain", act="gelu_new", norm="layernorm", norms=1, parallel=True, all_bias=True,
                 lm_head_bias=True,
                 names={"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "dense", "up": "fc1", "down": "fc2"}),
-    "gpt2": dict(mlp="plain", act="gelu_new", norm="layernorm", all_bias=True, fused_qkv=True,
+    "gpt2": dict(layer="GPT2Block", mlp="plain", act="gelu_new", norm="layernorm", all_bias=True, fused_qkv=True,
                  tied_default=True,
                  names={"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj"}),
-    "gpt_neox": dict(mlp="plain", act="gelu", norm="layernorm", all_bias=True, fused_qkv=True, names=_NEOX_NAMES),
-    "falcon": dict(mlp="plain", act="gelu", norm="layernorm", fused_qkv=True, tied_default=True, names=_NEOX_NAMES),
-    "stablelm": dict(mlp="gated", act="silu", norm="layernorm", names=_LLAMA_NAMES),
+    "gpt_neox": dict(layer="GPTNeoXLayer",
+                     mlp="plain", act="gelu", norm="layernorm", all_bias=True, fused_qkv=True, names=_NEOX_NAMES),
+    "falcon": dict(layer="FalconDecoderLayer",
+                   mlp="plain", act="gelu", norm="layernorm", fused_qkv=True, tied_default=True, names=_NEOX_NAMES),
+    "stablelm": dict(layer="StableLmDecoderLayer", mlp="gated", act="silu", norm="layernorm", names=_LLAMA_NAMES),
     # OLMo 2's RMSNorm multiplies the weight in fp32 before casting back: "gemma" style (modeling_olmo2.py).
-    "olmo2": dict(mlp="gated", act="silu", norm="rmsnorm", norm_style="gemma", names=_LLAMA_NAMES, qk_norm="full",
+    "olmo2": dict(layer="Olmo2DecoderLayer",
+                  mlp="gated", act="silu", norm="rmsnorm", norm_style="gemma", names=_LLAMA_NAMES, qk_norm="full",
                   post_norm=True),
 }
 
@@ -135,6 +146,11 @@ class ModelSpec:
     @property
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def traits(self) -> dict:
+        """What transformers builds for this model_type (FAMILY_TRAITS); empty for a bare size."""
+        return FAMILY_TRAITS.get(self.model_type, {})
 
     @property
     def is_moe(self) -> bool:

@@ -212,7 +212,7 @@ class _Walk:
 
 
 def _post_norm(spec: ModelSpec) -> bool:
-    return spec.model_type == "olmo2"
+    return spec.traits.get("post_norm", False)
 
 
 def layer_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, int]:

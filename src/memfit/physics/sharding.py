@@ -226,7 +226,7 @@ def _fsdp1_no_sync_grad_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stac
 def _fsdp(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> dict:
     n = setup.shard_degree
     counts = count_params(spec)
-    compute = 2 if (stack.autocast or stack.weight_bytes == 2) else 4
+    compute = stack.compute_bytes
     root = counts.embedding + counts.final_norm + counts.lm_head
     layer = counts.per_layer
     root_bytes = root * compute

@@ -11,7 +11,7 @@ from ..estimator import Estimate, estimate
 from ..hardware import Hardware
 from ..setup import TrainingSetup
 from .edits import apply_edits, edits_for, get_dotted
-from .formats import FORMATS, READERS, Mapped, detect_format
+from .formats import FORMATS, MODEL_KEYS, READERS, Mapped, detect_format
 from .reader import expand_path, is_file, one_line
 
 
@@ -77,9 +77,7 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
         mapped = READERS[tool](data, base_dir=file.parent, lines=lines)
     except InvalidSetupError as exc:
         raise InvalidSetupError(f"{file}: {exc}") from None
-    model_key = mapped.keys.get("model") or {"axolotl": "base_model", "llamafactory": "model_name_or_path",
-                                             "trl": "model_name_or_path", "mlx": "model",
-                                             "torchtune": "model._component_"}[tool]
+    model_key = MODEL_KEYS[tool]
     if not mapped.model:
         raise InvalidSetupError(f"{file}: no model ({model_key} is missing)")
     if str(mapped.model).startswith("~") and expand_path(str(mapped.model)) == Path(str(mapped.model)):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 
 from ..options import tool_key
+from ..spec import FAMILY_TRAITS
+from .formats import MODEL_KEYS, TORCHTUNE_ATTN
 
 OPTIMIZER_NAMES = {  # memfit optimizer -> each tool's spelling (HF TrainingArguments.optim for HF-based tools)
     "axolotl": {"adamw-8bit": "adamw_bnb_8bit", "paged-adamw-8bit": "paged_adamw_8bit", "adamw": "adamw_torch",
@@ -24,9 +26,9 @@ OPTIMIZER_NAMES = {  # memfit optimizer -> each tool's spelling (HF TrainingArgu
 # Constructor arguments torch's AdamW takes and bitsandbytes' optimizers do not (bitsandbytes 0.45
 # optim/adamw.py AdamW8bit.__init__ has no `fused` or `foreach`): dropped when the optimizer changes.
 _TORCH_ONLY_ARGS = ("fused", "foreach", "capturable", "differentiable")
-_TARGET_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
-                 "down": "down_proj"}
-_TORCHTUNE_ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj"}
+# The module names configs list (Llama-style; PEFT matches them by suffix) and torchtune's attention names.
+_TARGET_NAMES = FAMILY_TRAITS["llama"]["names"]
+_TORCHTUNE_ATTN = {_TARGET_NAMES[target]: name for name, target in TORCHTUNE_ATTN.items()}
 
 
 def edits_for(tool: str, changes: dict, data: dict) -> tuple[dict, str | None]:
@@ -47,9 +49,8 @@ def _one(tool: str, name: str, value, data: dict) -> dict | None:  # noqa: C901 
     if name == "offload" and value == "none":
         return {}
     if name == "model":
-        key = {"axolotl": "base_model", "llamafactory": "model_name_or_path", "trl": "model_name_or_path",
-               "mlx": "model"}.get(tool)
-        return {key: value} if key else None
+        # torchtune names a model builder, not a model: memfit cannot write one for it.
+        return {MODEL_KEYS[tool]: value} if tool != "torchtune" else None
     if name == "method":
         return _method(tool, value, data)
     if name == "optimizer":

@@ -20,11 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InvalidSetupError
-from ..options import ALL_TARGETS, BY_NAME, normalize, parse_targets
+from ..options import ALL_TARGETS, BY_NAME, SETUP_OPTIONS, normalize, parse_targets
 from .reader import (ATTENTION_NAMES, Reader, is_file, one_line, quant4, read_attention, read_deepspeed, read_fsdp,
                      read_precision, show)
 
 FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
+# The key that names the model (torchtune names a builder, mapped to a catalog model below).
+MODEL_KEYS = {"axolotl": "base_model", "llamafactory": "model_name_or_path", "torchtune": "model._component_",
+              "trl": "model_name_or_path", "mlx": "model"}
 
 
 @dataclass
@@ -39,6 +42,12 @@ class Mapped:
     dataset: str | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)   # (code, message): keys read but not honoured
     dataset_key: str | None = None                    # the key that names the dataset
+
+
+def field_keys(tool: str, **keys_in_file: str | None) -> dict[str, str]:
+    """memfit field -> the key that sets it in `tool`'s config: the options table's, or the one this file uses."""
+    keys = {o.name: o.tool_keys[tool] for o in SETUP_OPTIONS if tool in o.tool_keys}
+    return keys | {name: key for name, key in keys_in_file.items() if key}
 
 
 def detect_format(data: dict) -> str:
@@ -58,7 +67,7 @@ def detect_format(data: dict) -> str:
 # ---- axolotl (0.18.0) ---------------------------------------------------------------------------------------------
 def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
     r = Reader(data, "axolotl", base_dir, lines)
-    model = r.text("base_model", what="a model name or path")
+    model = r.text(MODEL_KEYS["axolotl"], what="a model name or path")
     adapter = r.get("adapter")
     four, eight = r.flag("load_in_4bit"), r.flag("load_in_8bit")
     method, quant = "full", None
@@ -113,27 +122,23 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
         r.problem(key, "true needs adapter: lora or qlora (axolotl refuses quantized full fine-tuning: \"load_in_8bit "
                        "and load_in_4bit are not supported without setting an adapter\")")
     ckpt = r.flag("gradient_checkpointing", words=("offload", "offload_disk"))
-    setup = {"method": method, "batch_size": r.option("micro_batch_size", "batch_size", 1),
-             "seq_len": r.option("sequence_len", "seq_len", 512),
-             "grad_accum": r.option("gradient_accumulation_steps", "grad_accum", 1), "grad_ckpt": ckpt,
+    setup = {"method": method, "batch_size": r.setting("batch_size", 1),
+             "seq_len": r.setting("seq_len", 512),
+             "grad_accum": r.setting("grad_accum", 1), "grad_ckpt": ckpt,
              "recipe": "axolotl"}
     if ckpt and str(r.get("gradient_checkpointing")).lower().startswith("offload"):
         setup["ckpt_offload"] = True
     if quant:
         setup["quant"] = quant
-    keys = {"batch_size": "micro_batch_size", "seq_len": "sequence_len", "grad_accum": "gradient_accumulation_steps",
-            "grad_ckpt": "gradient_checkpointing", "optimizer": "optimizer", "lora_rank": "lora_r",
-            "method": "adapter", "chunked_ce": "cut_cross_entropy", "lora_dropout": "lora_dropout",
-            "lora_targets": "lora_target_modules", "quant": "load_in_4bit", "precision": "bf16",
-            "attn": "flash_attention"}
+    keys = field_keys("axolotl")
     defaults = [f"{k} not set: axolotl's default {v}" for k, v in (("micro_batch_size", 1), ("sequence_len", 512),
                 ("gradient_accumulation_steps", 1), ("gradient_checkpointing", "false")) if not r.has(k)]
-    setup["optimizer"] = r.option("optimizer", "optimizer", "adamw-fused")
+    setup["optimizer"] = r.setting("optimizer", "adamw-fused")
     if not r.has("optimizer"):
         defaults.append("optimizer not set: HF Trainer's default adamw_torch_fused")
     if method != "full":
-        setup["lora_rank"] = r.option("lora_r", "lora_rank", 8)
-        setup["lora_dropout"] = r.option("lora_dropout", "lora_dropout", 0.0)
+        setup["lora_rank"] = r.setting("lora_rank", 8)
+        setup["lora_dropout"] = r.setting("lora_dropout", 0.0)
         if r.flag("lora_target_linear"):
             setup["lora_targets"] = normalize(BY_NAME["lora_targets"], "all-linear")
         elif r.has("lora_target_modules"):
@@ -161,7 +166,7 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
 # ---- LLaMA-Factory (0.9.6.dev0) -----------------------------------------------------------------------------------
 def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
     r = Reader(data, "llamafactory", base_dir, lines)
-    model = r.text("model_name_or_path", what="a model name or path")
+    model = r.text(MODEL_KEYS["llamafactory"], what="a model name or path")
     # hparams/finetuning_args.py: finetuning_type: Literal["lora", "oft", "freeze", "full"] = "lora".
     ftype = r.choice("finetuning_type", ("lora", "oft", "freeze", "full"), "lora", "LLaMA-Factory's methods")
     if ftype in ("oft", "freeze"):
@@ -189,9 +194,9 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
             quant = quant4(r, qtype, r.flag("double_quantization", True), "quantization_type")
         else:
             r.problem("quantization_bit", f"bitsandbytes quantizes to 4 or 8 bits, got {qbit}")
-    setup = {"method": method, "batch_size": r.option("per_device_train_batch_size", "batch_size", 8),
-             "seq_len": r.option("cutoff_len", "seq_len", 2048),
-             "grad_accum": r.option("gradient_accumulation_steps", "grad_accum", 1),
+    setup = {"method": method, "batch_size": r.setting("batch_size", 8),
+             "seq_len": r.setting("seq_len", 2048),
+             "grad_accum": r.setting("grad_accum", 1),
              # LLaMA-Factory checkpoints by default: disable_gradient_checkpointing defaults to false.
              "grad_ckpt": not r.flag("disable_gradient_checkpointing"), "recipe": "hf"}
     if quant:
@@ -201,17 +206,13 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
         if not r.has(k)]
     if not r.has("disable_gradient_checkpointing"):
         defaults.append("gradient checkpointing on: LLaMA-Factory's default (disable_gradient_checkpointing: false)")
-    keys = {"batch_size": "per_device_train_batch_size", "seq_len": "cutoff_len",
-            "grad_accum": "gradient_accumulation_steps", "grad_ckpt": "disable_gradient_checkpointing",
-            "optimizer": "optim", "lora_rank": "lora_rank", "method": "finetuning_type",
-            "lora_dropout": "lora_dropout", "lora_targets": "lora_target", "quant": "quantization_bit",
-            "attn": "flash_attn", "precision": "bf16", "chunked_ce": "enable_liger_kernel"}
-    setup["optimizer"] = r.option("optim", "optimizer", "adamw")
+    keys = field_keys("llamafactory")
+    setup["optimizer"] = r.setting("optimizer", "adamw")
     if not r.has("optim"):
         defaults.append("optim not set: adamw_torch (foreach AdamW on CUDA)")
     if method != "full":
-        setup["lora_rank"] = r.option("lora_rank", "lora_rank", 8)
-        setup["lora_dropout"] = r.option("lora_dropout", "lora_dropout", 0.0)
+        setup["lora_rank"] = r.setting("lora_rank", 8)
+        setup["lora_dropout"] = r.setting("lora_dropout", 0.0)
         target = r.get("lora_target", "all")
         targets = r.option_value("lora_target", "lora_targets", "all-linear" if target == "all" else target)
         if targets:
@@ -265,7 +266,7 @@ _TT_MODELS = {  # torchtune builder -> catalog model
     "mistral_7b": "mistralai/Mistral-7B-v0.1", "gemma_2b": "google/gemma-2b", "gemma_7b": "google/gemma-7b",
     "phi3_mini": "microsoft/Phi-3-mini-4k-instruct",
 }
-_TT_ATTN = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "output_proj": "o"}
+TORCHTUNE_ATTN = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "output_proj": "o"}   # lora_attn_modules
 
 
 def read_torchtune(data: dict, base_dir=None, lines=None) -> Mapped:
@@ -280,12 +281,12 @@ def read_torchtune(data: dict, base_dir=None, lines=None) -> Mapped:
         r.problem("model._component_", f"{component!r}: no catalog model for torchtune builder {base!r} (known: "
                                        f"{', '.join(sorted(_TT_MODELS))})")
     r.mapping("tokenizer")
-    seq_len = r.option("tokenizer.max_seq_len", "seq_len", None)
+    seq_len = r.setting("seq_len", None)
     # torchtune's full_finetune / lora_finetune recipes refuse fp16 ("full fp16 training is not supported with
     # this recipe. Please use bf16 or fp32 instead.").
     dtype = r.choice("dtype", ("bf16", "fp32"), "bf16", "torchtune's recipes train in bf16 or fp32")
-    setup = {"method": method, "batch_size": r.option("batch_size", "batch_size", 2),
-             "seq_len": seq_len or 2048, "grad_accum": r.option("gradient_accumulation_steps", "grad_accum", 1),
+    setup = {"method": method, "batch_size": r.setting("batch_size", 2),
+             "seq_len": seq_len or 2048, "grad_accum": r.setting("grad_accum", 1),
              "grad_ckpt": r.flag("enable_activation_checkpointing"), "recipe": "torchtune", "precision": dtype}
     defaults = [] if seq_len else ["tokenizer.max_seq_len not set: memfit assumes 2048"]
     opt = r.mapping("optimizer")
@@ -306,26 +307,21 @@ def read_torchtune(data: dict, base_dir=None, lines=None) -> Mapped:
     loss = r.text("loss._component_", "", what="a loss class path")
     setup["chunked_ce"] = "Chunked" in loss
     if method != "full":
-        setup["lora_rank"] = r.option("model.lora_rank", "lora_rank", 8)
+        setup["lora_rank"] = r.setting("lora_rank", 8)
         modules = r.get("model.lora_attn_modules", ["q_proj", "v_proj"])
         if not isinstance(modules, list) or not all(isinstance(t, str) for t in modules):
             r.problem("model.lora_attn_modules", f"must be a list of q_proj, k_proj, v_proj, output_proj, got "
                                                  f"{show(modules)}")
             modules = []
-        targets = [_TT_ATTN.get(t, t) for t in modules]
+        targets = [TORCHTUNE_ATTN.get(t, t) for t in modules]
         if r.flag("model.apply_lora_to_mlp"):
             targets += ["gate", "up", "down"]
         if targets:
             checked = r.option_value("model.lora_attn_modules", "lora_targets", targets)
             if checked:
                 setup["lora_targets"] = checked
-        setup["lora_dropout"] = r.option("model.lora_dropout", "lora_dropout", 0.0)
-    keys = {"batch_size": "batch_size", "seq_len": "tokenizer.max_seq_len",
-            "grad_accum": "gradient_accumulation_steps", "grad_ckpt": "enable_activation_checkpointing",
-            "optimizer": "optimizer._component_", "lora_rank": "model.lora_rank", "method": "model._component_",
-            "chunked_ce": "loss._component_", "lora_dropout": "model.lora_dropout",
-            "lora_targets": "model.lora_attn_modules", "precision": "dtype",
-            "optimizer_in_backward": "optimizer_in_bwd"}
+        setup["lora_dropout"] = r.setting("lora_dropout", 0.0)
+    keys = field_keys("torchtune")
     ds = r.get("dataset")
     dataset = ds.get("data_files") if isinstance(ds, dict) and isinstance(ds.get("data_files"), str) else None
     return _mapped(r, model, setup, defaults, keys, dataset, "dataset.data_files" if dataset else None)
@@ -334,7 +330,7 @@ def read_torchtune(data: dict, base_dir=None, lines=None) -> Mapped:
 # ---- TRL / HF Trainer (TRL 0.22.0) --------------------------------------------------------------------------------
 def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
     r = Reader(data, "trl", base_dir, lines)
-    model = r.text("model_name_or_path", what="a model name or path")
+    model = r.text(MODEL_KEYS["trl"], what="a model name or path")
     four, eight = r.flag("load_in_4bit"), r.flag("load_in_8bit")
     peft = r.flag("use_peft")
     method, quant = ("lora" if peft else "full"), None
@@ -376,9 +372,9 @@ def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
                                                  "memory): estimated at SFTConfig's default 1024; set max_length")
     else:
         defaults.append("max_length not set: SFTConfig's default 1024")
-    setup = {"method": method, "batch_size": r.option("per_device_train_batch_size", "batch_size", 8),
+    setup = {"method": method, "batch_size": r.setting("batch_size", 8),
              "seq_len": r.option(length_key, "seq_len", 1024) if length_key else 1024,
-             "grad_accum": r.option("gradient_accumulation_steps", "grad_accum", 1),
+             "grad_accum": r.setting("grad_accum", 1),
              # TRL 0.22.0 trl/trainer/sft_config.py: gradient_checkpointing: bool = True (transformers'
              # TrainingArguments defaults it off; TRL turned it on in 0.22).
              "grad_ckpt": r.flag("gradient_checkpointing", True), "recipe": "hf"}
@@ -387,12 +383,12 @@ def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
                         "TrainingArguments default it off: set gradient_checkpointing: false if that is what runs)")
     if quant:
         setup["quant"] = quant
-    setup["optimizer"] = r.option("optim", "optimizer", "adamw-fused")
+    setup["optimizer"] = r.setting("optimizer", "adamw-fused")
     if not r.has("optim"):
         defaults.append("optim not set: adamw_torch_fused (transformers >= 4.55 with torch >= 2.8)")
     if method != "full":
-        setup["lora_rank"] = r.option("lora_r", "lora_rank", 16)
-        setup["lora_dropout"] = r.option("lora_dropout", "lora_dropout", 0.05)
+        setup["lora_rank"] = r.setting("lora_rank", 16)
+        setup["lora_dropout"] = r.setting("lora_dropout", 0.05)
         targets = r.targets("lora_target_modules")
         if targets:
             setup["lora_targets"] = targets
@@ -404,11 +400,7 @@ def read_trl(data: dict, base_dir=None, lines=None) -> Mapped:
     setup["precision"] = read_precision(r, r.flag("bf16"), r.flag("fp16"))
     if r.flag("use_liger_kernel"):
         setup["chunked_ce"] = True
-    keys = {"batch_size": "per_device_train_batch_size", "seq_len": length_key or "max_length",
-            "grad_accum": "gradient_accumulation_steps", "grad_ckpt": "gradient_checkpointing", "optimizer": "optim",
-            "lora_rank": "lora_r", "method": "load_in_4bit", "chunked_ce": "use_liger_kernel",
-            "lora_dropout": "lora_dropout", "lora_targets": "lora_target_modules", "quant": "load_in_4bit",
-            "attn": "attn_implementation", "precision": "bf16"}
+    keys = field_keys("trl", seq_len=length_key)
     read_deepspeed(r, setup)
     read_fsdp(r, setup)
     dataset = r.text("dataset_name", what="a dataset name or path")
@@ -422,21 +414,21 @@ _MLX_OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "sgd": "sgd", "adafactor":
 
 def read_mlx(data: dict, base_dir=None, lines=None) -> Mapped:
     r = Reader(data, "mlx", base_dir, lines)
-    model = r.text("model", what="a model name or path")
+    model = r.text(MODEL_KEYS["mlx"], what="a model name or path")
     ftype = r.choice("fine_tune_type", ("lora", "dora", "full"), "lora", "mlx-lm's fine-tune types")
     if ftype == "dora":
         r.problem("fine_tune_type", "dora is not modelled yet (memfit models lora and full)")
     r.mapping("lora_parameters")
-    setup = {"method": "full" if ftype == "full" else "lora", "batch_size": r.option("batch_size", "batch_size", 4),
-             "seq_len": r.option("max_seq_length", "seq_len", 2048), "grad_ckpt": r.flag("grad_checkpoint"),
-             "recipe": "mlx", "grad_accum": r.option("grad_accumulation_steps", "grad_accum", 1)}
+    setup = {"method": "full" if ftype == "full" else "lora", "batch_size": r.setting("batch_size", 4),
+             "seq_len": r.setting("seq_len", 2048), "grad_ckpt": r.flag("grad_checkpoint"),
+             "recipe": "mlx", "grad_accum": r.setting("grad_accum", 1)}
     opt = r.choice("optimizer", ("adam", "adamw", "muon", "sgd", "adafactor"), "adam", "mlx-lm's optimizers")
     if opt == "muon":
         r.problem("optimizer", "muon is not modelled (adam, adamw, sgd and adafactor are)")
     setup["optimizer"] = _MLX_OPTIMIZERS.get(opt, "adamw")
     if ftype != "full":
-        setup["lora_rank"] = r.option("lora_parameters.rank", "lora_rank", 8)
-        setup["lora_dropout"] = r.option("lora_parameters.dropout", "lora_dropout", 0.0)
+        setup["lora_rank"] = r.setting("lora_rank", 8)
+        setup["lora_dropout"] = r.setting("lora_dropout", 0.0)
     defaults = [f"{k} not set: mlx-lm's default {v}" for k, v in (("batch_size", 4), ("max_seq_length", 2048),
                 ("num_layers", 16), ("optimizer", "adam")) if not r.has(k)]
     layers = r.int("num_layers", 16, minimum=-1)
@@ -451,10 +443,7 @@ def read_mlx(data: dict, base_dir=None, lines=None) -> Mapped:
         setup["lora_targets"] = parse_targets(",".join(names)) if all(
             n.removesuffix("_proj") in ALL_TARGETS for n in names) else None
         r.used.append("lora_parameters.keys")
-    keys = {"batch_size": "batch_size", "seq_len": "max_seq_length", "grad_ckpt": "grad_checkpoint",
-            "train_layers": "num_layers",
-            "lora_rank": "lora_parameters.rank", "method": "fine_tune_type", "grad_accum": "grad_accumulation_steps",
-            "lora_dropout": "lora_parameters.dropout", "optimizer": "optimizer"}
+    keys = field_keys("mlx")
     data_dir = r.text("data", what="a data folder or dataset name")
     return _mapped(r, model, setup, defaults, keys, f"{data_dir}/train.jsonl" if data_dir else None,
                    "data" if data_dir else None)

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from ..errors import InvalidSetupError
-from ..options import BY_NAME, Option, check_range, normalize
+from ..options import BY_NAME, Option, check_range, normalize, tool_key
 
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -108,6 +108,10 @@ class Reader:
         return value
 
     # ---- typed access: a bad value is recorded as a problem and the default is returned ----
+    def setting(self, name: str, default=None):
+        """Option `name` read from the key the options table names for this tool."""
+        return self.option(tool_key(name, self.tool), name, default)
+
     def option(self, key: str, name: str, default=None):
         """The value of `key` checked as memfit option `name` (its type, choices and range)."""
         value = self.get(key)

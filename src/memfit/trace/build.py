@@ -65,7 +65,7 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=weight_dtype,
                                                               attn_implementation=attn)
     model.train()
-    layers = _decoder_layers(model)
+    layers = _decoder_layers(model, spec)
     quantized: list[nn.Linear] = []
     if setup.method == "qlora":
         quantized = _fake_4bit_linears(layers)
@@ -90,13 +90,18 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
     return Built(model=model, layers=layers, quantized=quantized, notes=notes)
 
 
-def _decoder_layers(model: nn.Module) -> list[nn.Module]:
-    for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) and "Layer" in type(module[0]).__name__:
-            return list(module)
-        if isinstance(module, nn.ModuleList) and len(module) and "Block" in type(module[0]).__name__:
-            return list(module)
-    return []
+def storage_on(model: nn.Module, device: str) -> None:
+    """Give a meta-device model storage on `device`. to_empty materializes each module's parameter separately,
+    which unties tied embeddings: tie them again as the checkpoint would be."""
+    model.to_empty(device=device)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base.config, "tie_word_embeddings", False):
+        base.tie_weights()
+
+
+def _decoder_layers(model: nn.Module, spec: ModelSpec) -> list[nn.Module]:
+    layer_class = spec.traits["layer"]
+    return [m for m in model.modules() if type(m).__name__ == layer_class]
 
 
 def _apply_lora(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):

@@ -24,17 +24,14 @@ def trace_cuda(spec: ModelSpec, setup: TrainingSetup, steps: int = 2) -> Estimat
     if not torch.cuda.is_available():
         raise InvalidSetupError("--device cuda needs a CUDA GPU and a CUDA build of torch; none is available here "
                                 "(use the default fake-tensor trace, which needs no GPU)")
-    from .build import build
+    from .build import build, storage_on
     from .step import make_inputs, train_step
     from .tracker import PeakTracker
 
     stack = resolve_stack(spec, setup)
     built = build(spec, setup, stack)
     model = built.model
-    model.to_empty(device="cuda")
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if getattr(base.config, "tie_word_embeddings", False):
-        base.tie_weights()
+    storage_on(model, "cuda")
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.02)

@@ -7,6 +7,7 @@ import resource
 import time
 import warnings
 
+from ..components import TRACE_GROUPS
 from ..errors import InvalidSetupError, SourceError
 from ..estimator import Component, Estimate
 from ..params import count_params
@@ -16,17 +17,8 @@ from ..physics.stack import resolve_stack
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
 
-# How the estimate's components group into what a trace can tell apart.
-GROUPS = {
-    "weights": ("weights", "quantization constants", "adapter weights"),
-    "gradients": ("gradients",),
-    "optimizer state": ("optimizer state",),
-    "activations": ("activations", "checkpoints", "recomputed layer", "embedding and head activations",
-                    "autocast weight copies"),
-    "logits and loss": ("logits and loss",),
-    "temporaries": ("backward temporaries", "optimizer step temporaries", "dequantization transient"),
-    "cuBLAS workspace": ("cuBLAS workspace",),
-}
+# How the estimate's components group into what a trace can tell apart (components.py).
+GROUPS = TRACE_GROUPS
 DEVIATIONS = (
     "traced on fake CPU tensors: optimizer implementation passed explicitly (foreach/fused) as CUDA picks it",
     "dropout keeps a bool mask as CUDA's native_dropout does (the CPU kernel would keep fp32 noise)",

@@ -19,7 +19,7 @@ from ..physics import states
 from ..physics.stack import Stack
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
-from .build import Built, _MatMul4bit
+from .build import Built, _MatMul4bit, storage_on
 from .tracker import PeakTracker
 
 from ..options import BNB_OPTIMIZERS  # noqa: E402  (bitsandbytes states are accounted, not traced)
@@ -78,11 +78,7 @@ def materialize(built: Built, fake: bool = True):
     mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
     model = built.model
     with mode:
-        model.to_empty(device="cpu")
-        # to_empty materializes each module's parameter separately, which unties tied embeddings.
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        if getattr(base.config, "tie_word_embeddings", False):
-            base.tie_weights()
+        storage_on(model, "cpu")
     return mode
 
 

@@ -15,9 +15,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
+from ..components import TRACKER_CATEGORIES
+
 CUDA_BLOCK_BYTES = 512
-CATEGORIES = ("weights", "gradients", "optimizer state", "activations", "logits and loss", "temporaries",
-              "inputs")
+CATEGORIES = TRACKER_CATEGORIES
 
 
 class PeakTracker(TorchDispatchMode):

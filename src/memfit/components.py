@@ -1,0 +1,79 @@
+"""Every component an estimate can name: the counter that first includes it, what it is, and the group of the
+fake-tensor trace that measures it.
+
+The README's "What is counted" table (tools/readme_flags.py), the trace's comparison groups (trace/measure.py)
+and the tracker's storage categories (trace/tracker.py) are generated from this table; a test checks that every
+component an estimate names is here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    counter: str              # "allocated" | "reserved" | "device" | "mlx": the first counter that includes it
+    what: str                 # one line for the README table
+    trace_group: str | None   # the trace's group that measures it; None: a one-GPU CPU trace cannot see it
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind("weights", "allocated", "the model's weights as loaded (QLoRA: 4-bit packed linears + 16-bit embeddings, "
+         "norms, lm_head)", "weights"),
+    Kind("quantization constants", "allocated", "NF4 absmax (fp32 per 64) or double-quantized constants "
+         "(bitsandbytes `quantize_4bit`)", "weights"),
+    Kind("adapter weights", "allocated", "LoRA A and B, r·(d_in + d_out) per adapted module, fp32 under PEFT's "
+         "default", "weights"),
+    Kind("master weights", "allocated", "fp32 master partition of the trainable weights (DeepSpeed ZeRO)", None),
+    Kind("gradients", "allocated", "trainable parameters × their dtype (after the first micro-batch with gradient "
+         "accumulation)", "gradients"),
+    Kind("optimizer state", "allocated", "AdamW moments in the parameter's dtype (torch), 8-bit blockwise "
+         "(bitsandbytes), factored (Adafactor)", "optimizer state"),
+    Kind("optimizer step temporaries", "allocated", "foreach AdamW's parameter-sized intermediate; none for fused "
+         "kernels", "temporaries"),
+    Kind("autocast weight copies", "allocated", "bf16 casts of fp32 weights (or fp32 adapters) saved for backward "
+         "under autocast", "activations"),
+    Kind("activations", "allocated", "what autograd saves per layer (op-level walk)", "activations"),
+    Kind("checkpoints", "allocated", "with gradient checkpointing: each layer's input hidden states",
+         "activations"),
+    Kind("recomputed layer", "allocated", "with gradient checkpointing: one layer's activations rebuilt in "
+         "backward", "activations"),
+    Kind("embedding and head activations", "allocated", "embedding indices, final norm, lm_head input, labels",
+         "activations"),
+    Kind("logits and loss", "allocated", "the loss kernel's logits and cross-entropy buffers (HF: `logits.float()` "
+         "and, in its backward, 12·bs·V bytes)", "logits and loss"),
+    Kind("backward temporaries", "allocated", "one layer's backward: grads of its output and MLP intermediates",
+         "temporaries"),
+    Kind("dequantization transient", "allocated", "bitsandbytes' 16-bit copy of one 4-bit weight while it "
+         "multiplies", "temporaries"),
+    Kind("gathered parameters", "allocated", "unsharded parameters in flight while a GPU computes (ZeRO-3 / FSDP "
+         "all-gather)", None),
+    Kind("communication buffers", "allocated", "DDP gradient buckets, ZeRO reduce buckets, or one layer's "
+         "unsharded gradient for reduce-scatter", None),
+    Kind("load temporaries", "allocated", "model load only: a module's 16-bit copy while bitsandbytes quantizes "
+         "it, an MoE layer's experts being stacked, or one FSDP/ZeRO-3 unit unsharded (physics/load.py)", None),
+    Kind("cuBLAS workspace", "allocated", "cuBLAS/cuBLASLt workspaces, which torch's allocator hands out",
+         "cuBLAS workspace"),
+    Kind("allocator slack", "reserved", "reserved − allocated (rounding, fragmentation)", None),
+    Kind("CUDA context", "device", "driver context and kernels; seen by nvidia-smi, never by torch", None),
+    Kind("quantization scales and biases", "mlx", "MLX affine quantization: a 16-bit scale and bias per 64 weights "
+         "(`mx.quantize`)", None),
+)
+BY_NAME = MappingProxyType({k.name: k for k in KINDS})
+
+# Groups the trace adds from the same formula as the estimate, because a CPU cannot run them.
+ACCOUNTED_GROUPS = ("cuBLAS workspace",)
+TRACE_GROUPS = MappingProxyType({group: tuple(k.name for k in KINDS if k.trace_group == group)
+                                 for group in dict.fromkeys(k.trace_group for k in KINDS if k.trace_group)})
+# What the tracker tags each live storage with: the traced groups, and the batch's input tensors.
+TRACKER_CATEGORIES = tuple(g for g in TRACE_GROUPS if g not in ACCOUNTED_GROUPS) + ("inputs",)
+
+
+def readme_table() -> str:
+    """The README's "What is counted" table."""
+    rows = ["| component | counter | what it is |", "|---|---|---|"]
+    rows += [f"| {k.name} | {k.counter} | {k.what} |" for k in KINDS]
+    return "\n".join(rows)
