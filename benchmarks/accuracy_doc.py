@@ -50,10 +50,11 @@ KNOWN_GAPS = """## Known gaps and their causes
 - **LitGPT's FSDP rows**: the LoRA rows (LG-28..38) are within 5% since the FSDP1 `no_sync()` gradients are
   modelled (`physics/sharding.py`: gradient accumulation keeps every training unit's unsharded gradient, frozen
   weights included under use_orig_params). They are not loading peaks: with more than one device lit-gpt@0cc02afa
-  builds the model on the meta device (`fabric.init_module(empty_init=(devices > 1))`, finetune/lora.py:128) and
-  loads the full state dict through `fabric.load_raw` (lit_gpt/utils.py:305-307), which FSDP applies one unit at a
-  time under its unshard context: the load phase is the sharded weights plus one unit, far below the step. The
-  full fine-tuning row LGC-03 (gemma-2b, 4 GPUs) is still 17% under; its cause is not found.
+  builds the model on the meta device (`fabric.init_module(empty_init=(devices > 1))`, finetune/lora.py:128; the
+  LGC rows' litgpt@26857050 does the same, litgpt/finetune/full.py:153) and loads the full state dict through
+  `fabric.load_raw` (lit_gpt/utils.py:305-307; litgpt/utils.py:383-385), which FSDP1 applies one unit at a time
+  under its unshard context: the load phase is the sharded weights plus the root and one block, far below the
+  step. The full fine-tuning row LGC-03 (gemma-2b, 4 GPUs) is still 17% under; its cause is not found.
 - **Model load** is a phase of every estimate (`memfit estimate --load-peak`): transformers 5.24 from_pretrained
   reads each tensor into the parameter that keeps it, bitsandbytes quantizes one module at a time from a 16-bit
   copy, MoE checkpoints' per-expert tensors are stacked into v5's 3-D parameters (one gate_up_proj beyond the

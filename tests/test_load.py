@@ -69,3 +69,35 @@ def test_qlora_quantize_at_load(config):
     load = est.extra["load"]
     assert abs(measured["state_dict_bytes"] / (load["weights"] + load["quantization constants"]) - 1) < 0.02
     assert abs(measured["peak_bytes"] / predicted - 1) < 0.05
+
+
+def test_verdict_uses_the_load_when_it_is_the_peak(capsys):
+    # Mixtral "QLoRA" at a short length: the experts stay in bf16 and one layer's experts are stacked at load,
+    # more than the step ever holds. The one fits rule then judges the load: 95 GiB would hold the step (94.2 GiB
+    # on the device) but not the load (96.0 GiB).
+    from memfit import load_model
+    from memfit.cli import main
+
+    setup = TrainingSetup.from_recipe("hf", method="qlora", seq_len=128)
+    est = estimate(load_model("mixtral-8x7b"), setup)
+    phases = dict(est.phases)
+    assert est.peak_phase == LOAD_PHASE
+    assert phases[LOAD_PHASE] == est.peak_allocated_bytes == sum(est.extra["load"].values())
+    assert phases[LOAD_PHASE] > max(v for k, v in phases.items() if k != LOAD_PHASE)
+    assert est.component("load temporaries") == moe.expert_stack_transient_params(load_model("mixtral-8x7b")) * 2
+    assert main(["estimate", "mixtral-8x7b", "--method", "qlora", "--seq-len", "128", "--load-peak",
+                 "--memory", "95GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "the load is the peak" in out and "DOES NOT FIT" in out
+    assert main(["estimate", "mixtral-8x7b", "--method", "qlora", "--seq-len", "128", "--format", "json"]) == 0
+    load = json.loads(capsys.readouterr().out)["load"]
+    assert load["allocated_bytes"] == phases[LOAD_PHASE]
+
+
+def test_sharded_layouts_load_one_unit_at_a_time():
+    spec = ModelSpec.from_hf_config(dict(DENSE, torch_dtype="bfloat16"), name="tiny", source="test")
+    one = estimate(spec, TrainingSetup.from_recipe("hf", method="full", precision="bf16"))
+    sharded = estimate(spec, TrainingSetup.from_recipe("hf", method="full", precision="bf16", gpus=4, shard="fsdp"))
+    load = sharded.extra["load"]
+    assert load["weights"] == one.extra["load"]["weights"] // 4
+    assert 0 < load["load temporaries"] < one.extra["load"]["weights"]

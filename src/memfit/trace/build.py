@@ -58,6 +58,9 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
     if setup.attn == "flash":
         notes.append("flash-attention 2 has no CPU kernel: traced with SDPA, whose CPU flash kernel saves the "
                      "same tensors (q, k, v, out, logsumexp)")
+    if setup.precision == "fp8":
+        notes.append("fp8: traced as pure bf16 (torchao's Float8Linear is not applied); the analytic estimate adds "
+                     "its float8 copies (physics/fp8.py)")
     weight_dtype = torch.float32 if stack.weight_bytes == 4 and setup.method != "qlora" else \
         _TORCH_DTYPES["fp16" if stack.precision.startswith("fp16") else "bf16"]
     from . import vision as vlm
