@@ -88,7 +88,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     peak_phase = max(totals, key=totals.__getitem__)
     peak_parts, allocated = phases[peak_phase], totals[peak_phase]
     over = overheads(allocated)
-    notes = static["notes"]
+    notes = {**static["notes"], **tower.notes} if tower else static["notes"]
     components = [Component(name, nbytes, "allocated", notes.get(name, ""))
                   for name, nbytes in peak_parts.items() if nbytes > 0]
     components.append(Component("allocator slack", over.reserved_slack, "reserved",

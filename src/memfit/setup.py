@@ -54,7 +54,6 @@ class TrainingSetup:
     nodes: int | None = None
     shard: str | None = None                    # more than one GPU and none given: replicas (ddp)
     offload: str | None = None                  # none | optimizer | optimizer+params
-    vision: str | None = None                   # a VLM's vision tower and projector: frozen | full
     image_size: str | None = None               # "WxH" before the processor's resize (None: the largest)
     images_per_sample: int | None = None
     max_pixels: int | None = None               # None: the model's processor default

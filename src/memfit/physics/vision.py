@@ -22,7 +22,7 @@ from ..setup import TrainingSetup
 from ..spec import ModelSpec
 from ..vision import ImagePlan, plan_images
 
-IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens", "vision")
+IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens")
 PIXEL_BYTES = 4          # the image processors return float32 pixel_values (rescale + normalize in fp32)
 
 
@@ -33,6 +33,8 @@ class VisionParts:
     weight_bytes: int                 # tower + projector weights
     pixel_bytes: int                  # the fp32 pixel values of one micro-batch
     assumptions: tuple[str, ...]
+    notes = {"vision tower weights": "the vision tower and projector, frozen (no gradients, no saved activations)",
+             "pixel values": "the processor's fp32 pixel values of the micro-batch's images"}
 
     def add_to(self, phases: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """Every phase holds the tower's weights and the micro-batch's pixel values."""
@@ -50,9 +52,6 @@ def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
 
 def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: int) -> VisionParts:
     vision = spec.vision
-    if setup.vision != "frozen":
-        raise InvalidSetupError(Problem("vision", f"{{vision}} {setup.vision}: only a frozen vision tower is "
-                                                  f"modelled so far"))
     try:
         plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
                            setup.image_tokens)

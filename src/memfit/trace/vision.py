@@ -43,11 +43,10 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def freeze_tower(model: nn.Module, setup: TrainingSetup) -> None:
-    """--vision frozen: the tower and projector take no gradient (LLaMA-Factory freeze_vision_tower and
-    freeze_multi_modal_projector, ms-swift freeze_vit and freeze_aligner)."""
-    if setup.vision == "frozen":
-        for p in model.model.visual.parameters():
-            p.requires_grad_(False)
+    """The tower and projector take no gradient: the default of LLaMA-Factory (freeze_vision_tower,
+    freeze_multi_modal_projector) and ms-swift (freeze_vit, freeze_aligner), and what the estimate assumes."""
+    for p in model.model.visual.parameters():
+        p.requires_grad_(False)
 
 
 def lora_targets(names: list[str]) -> str:
