@@ -22,7 +22,7 @@ from .errors import InvalidSetupError, Problem, SourceError, shorten
 # VLM model_type -> the text family its language model is built as (transformers 5.24 modeling files: the
 # Qwen2.5-VL text decoder layer is Qwen2's, q/k/v bias and no o bias; modeling_qwen2_5_vl.py
 # Qwen2_5_VLDecoderLayer / Qwen2_5_VLAttention).
-TEXT_FAMILY = {"qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2"}
+TEXT_FAMILY = {"qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2", "gemma3": "gemma3_text"}
 VISION_CHOICES = ("frozen", "lora", "full")
 
 
@@ -47,6 +47,7 @@ class VisionSpec:
     projector_params: int         # the merger / multimodal projector
     min_pixels: int               # the processor's defaults (preprocessor_config.json), 0 where not used
     max_pixels: int
+    fixed_side: int = 0           # every image resized to this square (Gemma 3: 896), 0: dynamic (Qwen)
 
     @property
     def params(self) -> int:
@@ -122,7 +123,47 @@ def _read_qwen2_5_vl(config: dict, vc: dict, source: str, processor: dict) -> tu
     return vision, text
 
 
-_READERS = {"qwen2_5_vl": _read_qwen2_5_vl}
+def _read_gemma3(config: dict, vc: dict, source: str, processor: dict) -> tuple[VisionSpec, dict]:
+    # transformers 5.24 models/siglip/modeling_siglip.py (SiglipVisionEmbeddings: Conv2d with bias and a learned
+    # position per patch; SiglipEncoderLayer: two LayerNorms with bias, q/k/v/out and fc1/fc2 with bias;
+    # post_layernorm; no pooling head when vision_use_head is false) and models/gemma3/modeling_gemma3.py
+    # Gemma3MultiModalProjector (mm_input_projection_weight [vision h, text h], RMSNorm(vision h), avg-pooling
+    # the patch grid down to mm_tokens_per_image). Defaults: SiglipVisionConfig.
+    h = _int(vc, "hidden_size", source, 768)
+    i = _int(vc, "intermediate_size", source, 3072)
+    depth = _int(vc, "num_hidden_layers", source, 12)
+    p = _int(vc, "patch_size", source, 16)
+    side = _int(vc, "image_size", source, 224)
+    c = _int(vc, "num_channels", source, 3)
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise SourceError(f"{source}: text_config must be a JSON object (the language model's config)")
+    text = dict(text)
+    out = _int(text, "hidden_size", source, 2304)
+    tokens = _int(config, "mm_tokens_per_image", source, 256)
+    per_side = side // p
+    token_side = math.isqrt(tokens)
+    if not (h and p and token_side and per_side % token_side == 0 and token_side ** 2 == tokens):
+        raise SourceError(f"{source}: mm_tokens_per_image {tokens} must be a square whose side divides the "
+                          f"{per_side} patches per side")
+    if vc.get("vision_use_head", True) is not False:
+        raise SourceError(f"{source}: a SigLIP pooling head (vision_use_head) is not what Gemma 3 builds")
+    layer = 2 * 2 * h + 4 * (h * h + h) + (h * i + i) + (i * h + h)
+    tower = (c * p * p * h + h) + per_side ** 2 * h + depth * layer + 2 * h
+    vision = VisionSpec(
+        family="gemma3", depth=depth, hidden_size=h, intermediate_size=i,
+        num_heads=_int(vc, "num_attention_heads", source, 12), patch_size=p, merge_size=per_side // token_side,
+        temporal_patch_size=1, in_channels=c, out_hidden_size=out, window_size=0, full_attention_layers=(),
+        image_token_id=_int(config, "image_token_id", source, _int(config, "image_token_index", source, 262144)),
+        tower_params=tower, projector_params=h * out + h, min_pixels=0, max_pixels=0, fixed_side=side)
+    text["model_type"] = TEXT_FAMILY["gemma3"]
+    for key in ("torch_dtype", "dtype"):
+        if key in config:
+            text.setdefault(key, config[key])
+    return vision, text
+
+
+_READERS = {"qwen2_5_vl": _read_qwen2_5_vl, "gemma3": _read_gemma3}
 
 
 # ---- image tokens ---------------------------------------------------------------------------------------------
@@ -182,6 +223,8 @@ def parse_image_size(text: str) -> tuple[int, int]:
 def plan_images(vision: VisionSpec, image_size: str | None, images: int, min_pixels: int | None,
                 max_pixels: int | None, image_tokens: int | None) -> ImagePlan:
     """The tokens and patches of `images` images per sample, as the family's processor makes them."""
+    if vision.fixed_side:
+        return _plan_fixed(vision, image_size, images, min_pixels, max_pixels, image_tokens)
     lo = vision.min_pixels if min_pixels is None else min_pixels
     hi = vision.max_pixels if max_pixels is None else max_pixels
     f = vision.token_pixels
@@ -215,3 +258,29 @@ def plan_images(vision: VisionSpec, image_size: str | None, images: int, min_pix
     return ImagePlan(images=images, grid=grid, tokens_per_image=tokens, patches_per_image=patches,
                      how=f"{images} image(s) per sample, {how}: {tokens:,} tokens and {patches:,} tower patches "
                          f"each")
+
+
+def _plan_fixed(vision: VisionSpec, image_size: str | None, images: int, min_pixels: int | None,
+                max_pixels: int | None, image_tokens: int | None) -> ImagePlan:
+    """Gemma 3: every image (or pan-and-scan crop) is resized to fixed_side x fixed_side and pooled to a fixed
+    number of tokens (Gemma3ImageProcessor; mm_tokens_per_image). Pixel bounds do not apply."""
+    for name, value in (("max_pixels", max_pixels), ("min_pixels", min_pixels)):
+        if value is not None:
+            raise InvalidSetupError(Problem(name, f"{{{name}}} bounds Qwen-VL's resize; {vision.family} resizes every "
+                                                  f"image to {vision.fixed_side}x{vision.fixed_side}"))
+    if image_size is not None:
+        parse_image_size(image_size)          # checked, then resized away
+    side = vision.fixed_side // vision.patch_size
+    per_crop = (side // vision.merge_size) ** 2
+    crops = 1
+    if image_tokens is not None:
+        if image_tokens % per_crop:
+            raise InvalidSetupError(Problem("image_tokens", f"{{image_tokens}} {image_tokens}: {vision.family} makes "
+                                                            f"{per_crop} tokens per image or crop (a multiple of it)"))
+        crops = image_tokens // per_crop
+    size = f"{image_size} resized" if image_size else "each image resized"
+    return ImagePlan(images=images, grid=(side * crops, side), tokens_per_image=per_crop * crops,
+                     patches_per_image=side * side * crops,
+                     how=f"{images} image(s) per sample, {size} to {vision.fixed_side}x{vision.fixed_side}"
+                         + (f" in {crops} crops" if crops > 1 else "") + f": {per_crop * crops:,} tokens and "
+                         f"{side * side * crops:,} tower patches each")

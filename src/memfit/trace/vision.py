@@ -45,8 +45,9 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 def freeze_tower(model: nn.Module, setup: TrainingSetup) -> None:
     """The tower and projector take no gradient: the default of LLaMA-Factory (freeze_vision_tower,
     freeze_multi_modal_projector) and ms-swift (freeze_vit, freeze_aligner), and what the estimate assumes."""
-    for p in model.model.visual.parameters():
-        p.requires_grad_(False)
+    for name, p in model.named_parameters():
+        if not name.startswith(("model.language_model.", "lm_head.")):
+            p.requires_grad_(False)
 
 
 def lora_targets(names: list[str]) -> str:
@@ -106,24 +107,36 @@ def fake_constants(spec: ModelSpec):
 
 
 def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
-    """One micro-batch as the processor makes it: per sample, each image as <vision_start> + its image tokens +
-    <vision_end>, then text up to seq_len text tokens; fp32 pixel values [patches, c*t*p*p]; the image grid."""
+    """One micro-batch as the processor makes it: per sample, each image as <start> + its image tokens + <end>,
+    then text up to seq_len text tokens; fp32 pixel values in the family's layout."""
     import json
 
     vision = spec.vision
     plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
                        setup.image_tokens)
     config = json.loads(spec.hf_config_json)
-    start, end = config.get("vision_start_token_id", 151652), config.get("vision_end_token_id", 151653)
+    if vision.family == "gemma3":
+        # processing_gemma3.py: "\n\n" + <start_of_image> + 256 x <image_soft_token> + <end_of_image> + "\n\n".
+        start, end = config.get("boi_token_index", 255999), config.get("eoi_token_index", 256000)
+    else:
+        start, end = config.get("vision_start_token_id", 151652), config.get("vision_end_token_id", 151653)
     row: list[int] = []
     for _ in range(plan.images):
         row += [start] + [vision.image_token_id] * plan.tokens_per_image + [end]
     text = setup.seq_len + plan.tokens - len(row)
     if text < 0:
         raise ValueError(f"seq_len {setup.seq_len} leaves no room for the images' start/end tokens")
-    # Plain text ids below the special tokens (Qwen2: ids < 151643 are ordinary tokens).
-    row += [(7 * k) % min(spec.vocab_size, 151643) for k in range(text)]
+    # Ordinary text ids, below every special token of both families.
+    row += [(7 * k) % min(spec.vocab_size, 151643) + 10 for k in range(text)]
     ids = torch.tensor([row] * setup.batch_size)          # a constant: the model finds its image tokens in it
-    grid = torch.tensor([[1, *plan.grid]] * (setup.batch_size * plan.images))
+    images = setup.batch_size * plan.images
+    if vision.family == "gemma3":
+        crops = plan.patches_per_image // (vision.fixed_side // vision.patch_size) ** 2
+        side = vision.fixed_side
+        pixels = torch.empty(images * crops, vision.in_channels, side, side, dtype=torch.float32)
+        # The processor's token_type_ids (1 on image tokens): Gemma 3 attends bidirectionally within an image.
+        types = torch.tensor([[int(t == vision.image_token_id) for t in row]] * setup.batch_size)
+        return {"input_ids": ids, "labels": ids, "pixel_values": pixels, "token_type_ids": types}
+    grid = torch.tensor([[1, *plan.grid]] * images)
     pixels = torch.empty(setup.batch_size * plan.patches, vision.patch_values, dtype=torch.float32)
     return {"input_ids": ids, "labels": ids, "pixel_values": pixels, "image_grid_thw": grid}
