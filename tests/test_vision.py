@@ -128,3 +128,54 @@ def test_estimate_matches_trace(kw):
     measured = trace(spec, setup)
     predicted = estimate(spec, setup)
     assert abs(predicted.peak_allocated_bytes / measured.peak_allocated_bytes - 1) < 0.02
+
+
+def test_gemma3_fixed_tokens_and_crops():
+    vision = load_model("gemma-3-4b").vision
+    one = plan_images(vision, "1920x1080", 2, None, None, None)
+    assert (one.tokens_per_image, one.patches_per_image, one.tokens) == (256, 4096, 512)
+    assert plan_images(vision, None, 1, None, None, 768).patches == 3 * 4096
+    with pytest.raises(InvalidSetupError, match="max_pixels"):
+        plan_images(vision, None, 1, None, 602112, None)
+    with pytest.raises(InvalidSetupError, match="multiple"):
+        plan_images(vision, None, 1, None, None, 300)
+
+
+def test_levers_are_re_estimates():
+    from memfit.advisor import suggest
+    from memfit.hardware import load_hardware
+
+    spec = load_model("qwen2.5-vl-7b")
+    setup = TrainingSetup(seq_len=1024)            # one image at the default max_pixels: 16,384 tokens
+    out = suggest(spec, setup, load_hardware(gpu="a100-80gb"), lambda ref, s: "memfit estimate")
+    by_change = {frozenset(s.changes): s for s in out}
+    pixels = by_change.get(frozenset({"max_pixels"}))
+    assert pixels is not None and pixels.changes["max_pixels"] == 12845056 // 4
+    assert pixels.device_bytes == estimate(spec, setup.replace(max_pixels=12845056 // 4)).device_bytes
+
+
+def test_readme_example_is_the_estimate():
+    """The README's two max_pixels settings print what the estimate says."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    spec = load_model("qwen2.5-vl-7b")
+    for max_pixels in (None, 602112):
+        est = estimate(spec, TrainingSetup(seq_len=1024, image_size="1920x1080", grad_ckpt=True, max_pixels=max_pixels))
+        assert f"{est.device_bytes / 2**30:.2f} GiB" in readme
+
+
+def test_llamafactory_image_keys(tmp_path):
+    from memfit.preflight.check import check_config
+
+    base = "model_name_or_path: {}\nstage: sft\nfinetuning_type: lora\ncutoff_len: 1024\n"
+    vlm = tmp_path / "vlm.yaml"
+    vlm.write_text(base.format("Qwen/Qwen2.5-VL-7B-Instruct"))
+    result = check_config(str(vlm))
+    assert (result.setup.max_pixels, result.setup.min_pixels) == (768 * 768, 32 * 32)   # LLaMA-Factory's defaults
+    vlm.write_text(base.format("Qwen/Qwen2.5-VL-7B-Instruct") + "image_max_pixels: 262144\n")
+    assert check_config(str(vlm)).setup.max_pixels == 262144
+    text = tmp_path / "text.yaml"
+    text.write_text(base.format("Qwen/Qwen2.5-0.5B") + "image_max_pixels: 262144\n")
+    result = check_config(str(text))
+    assert result.setup.max_pixels is None and "image_max_pixels" in result.mapped.ignored
