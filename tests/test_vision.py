@@ -19,7 +19,7 @@ SIZES = [(1280, 720), (448, 448), (3000, 4000), (57, 91), (10, 1900), (7000, 700
 
 
 def test_catalog_has_vlms():
-    assert {e["slug"] for e in VLM_ENTRIES} >= {"qwen2.5-vl-3b", "qwen2.5-vl-7b", "gemma-3-4b"}
+    assert {e["slug"] for e in VLM_ENTRIES} >= {"qwen2.5-vl-3b", "qwen2.5-vl-7b", "gemma-3-4b", "smolvlm2-500m"}
 
 
 @pytest.mark.parametrize("max_pixels", [12845056, 602112, 1003520, 3136 * 4])
@@ -65,9 +65,10 @@ def test_vlm_counts_equal_meta_numel(entry):
     with torch.device("meta"):
         model = transformers.AutoModelForImageTextToText.from_config(config)
     # Qwen2.5-VL: model.visual (its merger is the projector); Gemma 3: model.vision_tower, model.multi_modal_projector.
-    projector = sum(p.numel() for n, p in model.named_parameters() if ".merger." in n or "multi_modal_projector" in n)
+    projector = sum(p.numel() for n, p in model.named_parameters()
+                    if ".merger." in n or "multi_modal_projector" in n or ".connector." in n)
     tower = sum(p.numel() for n, p in model.named_parameters()
-                if not n.startswith(("model.language_model.", "lm_head."))) - projector
+                if not n.startswith(("model.language_model.", "model.text_model.", "lm_head."))) - projector
     total = sum(p.numel() for p in model.parameters())
     assert (spec.vision.tower_params, spec.vision.projector_params) == (tower, projector)
     assert count_params(spec).total == total - tower - projector      # the language model and its head

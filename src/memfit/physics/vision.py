@@ -64,6 +64,9 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
         raise InvalidSetupError(Problem("images_per_sample", f"text {setup.seq_len:,} + image tokens "
                                                              f"{plan.tokens:,} is more than memfit models")) from None
     pixel_bytes = setup.batch_size * plan.patches * vision.patch_values * PIXEL_BYTES
+    if vision.family == "smolvlm":
+        # The processor's pixel_attention_mask: int64, one per pixel of each tile (image_processing_smolvlm.py).
+        pixel_bytes += setup.batch_size * plan.patches * vision.patch_size ** 2 * 8
     notes = (f"vision-language model: {plan.how}; the language model runs {setup.seq_len:,} text + "
              f"{plan.tokens:,} image tokens = {lm_len:,} per sample",
              f"vision tower ({vision.tower_params:,} params) and projector ({vision.projector_params:,}) frozen: "
