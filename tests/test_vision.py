@@ -180,3 +180,52 @@ def test_llamafactory_image_keys(tmp_path):
     text.write_text(base.format("Qwen/Qwen2.5-0.5B") + "image_max_pixels: 262144\n")
     result = check_config(str(text))
     assert result.setup.max_pixels is None and "image_max_pixels" in result.mapped.ignored
+
+
+@pytest.mark.parametrize("width,height", [(1280, 720), (400, 300), (512, 512), (3000, 200), (200, 3000), (1000, 1001)])
+def test_smolvlm_tiles_equal_the_real_processor(width, height):
+    """SmolVLM's image processor (PIL backend) is the oracle for the tiles the tower sees."""
+    pytest.importorskip("transformers")
+    from PIL import Image
+    from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
+
+    vision = load_model("smolvlm2-500m").vision
+    out = SmolVLMImageProcessorPil(size={"longest_edge": 2048}, max_image_size={"longest_edge": 512})(
+        images=[Image.new("RGB", (width, height))], return_tensors="pt")
+    plan = plan_images(vision, f"{width}x{height}", 1, None, None, None)
+    frames = out["pixel_values"].shape[1]
+    assert plan.tokens_per_image == 64 * frames                      # image_seq_len 64 per tile
+    assert plan.patches_per_image == frames * (512 // 16) ** 2
+    assert plan.patches * vision.patch_values == out["pixel_values"][0].numel()
+
+
+def _tiny(slug: str, text: dict, vision: dict, **top) -> ModelSpec:
+    entry = next(e for e in VLM_ENTRIES if e["slug"] == slug)
+    config = json.loads(json.dumps(entry["config"]))
+    config["text_config"].update(text)
+    config["vision_config"].update(vision)
+    config.update(top)
+    return ModelSpec.from_hf_config(config, name=f"tiny-{slug}", source="test",
+                                    processor={"longest_edge": 512} if slug.startswith("smolvlm") else None)
+
+
+@pytest.mark.parametrize("spec,kw", [
+    (lambda: _tiny("gemma-3-4b", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=6, num_attention_heads=4,
+                                     num_key_value_heads=2, head_dim=32, sliding_window=64),
+                   dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        image_size=224, patch_size=14), mm_tokens_per_image=16),
+     dict(method="lora", images_per_sample=2)),
+    (lambda: _tiny("smolvlm2-500m", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+                   dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        image_size=128, patch_size=16), scale_factor=2),
+     dict(method="full", image_size="300x200")),
+], ids=["gemma3", "smolvlm"])
+def test_other_families_match_trace(spec, kw):
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from memfit.trace import trace
+
+    spec, setup = spec(), TrainingSetup(seq_len=128, **kw)
+    measured = trace(spec, setup)
+    assert abs(estimate(spec, setup).peak_allocated_bytes / measured.peak_allocated_bytes - 1) < 0.01
