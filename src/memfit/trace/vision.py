@@ -135,6 +135,8 @@ def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
     row += [(7 * k) % min(spec.vocab_size, 49152 - 10) + 10 for k in range(text)]
     ids = torch.tensor([row] * setup.batch_size)          # a constant: the model finds its image tokens in it
     images = setup.batch_size * plan.images
+    if not images:
+        return {"input_ids": ids, "labels": ids}           # --images-per-sample 0: a text-only batch
     if vision.family == "smolvlm":
         return {"input_ids": ids, "labels": ids, **_constant_pixels(vision, setup.batch_size, plan)}
     if vision.family == "gemma3":
