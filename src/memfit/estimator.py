@@ -77,7 +77,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     vision_physics.check_text_model(spec, setup)
     if spec.vision is not None:
         # A VLM: the language model runs text + image tokens; the tower's parts join every phase.
-        tower = vision_physics.vision_parts(spec, setup, resolve_stack(spec, setup).weight_bytes)
+        stack = resolve_stack(spec, setup)
+        tower = vision_physics.vision_parts(spec, setup, stack.weight_bytes, stack.residual_bytes)
         setup = tower.lm_setup
     static = _static_parts(spec, setup)
     parts = _token_parts(spec, setup, static)

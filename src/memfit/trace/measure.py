@@ -22,6 +22,7 @@ GROUPS = {
     "gradients": ("gradients",),
     "optimizer state": ("optimizer state",),
     "activations": ("activations", "checkpoints", "recomputed layer", "embedding and head activations",
+                    "vision tower checkpoints",
                     "autocast weight copies"),
     "logits and loss": ("logits and loss",),
     "temporaries": ("backward temporaries", "optimizer step temporaries", "dequantization transient"),
