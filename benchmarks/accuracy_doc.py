@@ -54,11 +54,11 @@ KNOWN_GAPS = """## Known gaps and their causes
   on a GPU.
 - **PEFT methods other than LoRA** (DoRA, IA3, prompt tuning, ...) and torch.compile runs are not expressible
   and are listed below rather than dropped.
-- **Vision-language models with gradient checkpointing**: transformers checkpoints the vision blocks too
-  (GradientCheckpointingLayer), and with a frozen tower the trace still holds tower tensors over the image's
-  patches until backward (about 1.3 kB per patch in a small Qwen2.5-VL, scaling with the patches); the estimate
-  does not count them yet (Qwen2.5-VL-3B, 2,916 patches: -2.8%). The cause in torch's non-reentrant checkpoint
-  is not yet pinned down.
+- **Vision-language models with gradient checkpointing**: transformers' `gradient_checkpointing_enable` calls
+  `enable_input_require_grads`, which also hooks the vision tower's patch embedding, so a frozen tower joins the
+  graph and keeps each checkpointed block's input (and Qwen2.5-VL's rotary tables and merger inputs) until
+  backward; memfit counts these. For Gemma 3 and SmolVLM the SigLIP post-layernorm and projector inputs are not
+  counted yet (about 12 hidden-sizes of bytes per patch in a small config), nor is the tower's own backward.
 - **MoE** activations assume even routing; the trace of data-dependent routing on fake tensors is not exact.
 - CPU-vs-CUDA differences the trace corrects for: optimizer implementation (passed explicitly), dropout masks
   (bool, as CUDA), attention dropout inside flash kernels, SDPA's math path in the input dtype (Falcon-7B), the
