@@ -73,8 +73,6 @@ KNOWN_GAPS = """## Known gaps and their causes
 - **FSDP2 with checkpointing**: under the fake process group the tracker's peak moves into `optimizer.step`,
   where foreach AdamW on DTensor shards shows about 13x a shard of temporaries; not modelled until confirmed
   on a GPU.
-- **PEFT methods other than LoRA** (DoRA, IA3, prompt tuning, ...) are not expressible and are listed below
-  rather than dropped.
 - **torch.compile** (`--compile`, physics/compile.py): the min-cut partitioner's saved set (norms keep their
   input and rstd, the MLP its gate/up outputs, no dropout masks) would save 15 GiB on torchtune's Llama 3.2 3B
   row; the published pair (TT-10 eager 60.0 GiB, TT-11 compiled 51.0 GiB) realises 9 of them and
@@ -99,6 +97,11 @@ KNOWN_GAPS = """## Known gaps and their causes
   stay reserved), and where none of those applies (TT-26..29, padded Alpaca batches; RB-04, fixed length) the
   10% slack is within 5%. No row publishes allocated and reserved for the same steady-state step, so the slack
   is not refitted. Rows with no stated counter are scored against the device counter (what the verdict uses).
+- **Vision-language models with gradient checkpointing**: transformers' `gradient_checkpointing_enable` calls
+  `enable_input_require_grads`, which also hooks the vision tower's patch embedding, so a frozen tower joins the
+  graph and keeps each checkpointed block's input (and Qwen2.5-VL's rotary tables and merger inputs) until
+  backward; memfit counts these. For Gemma 3 and SmolVLM the SigLIP post-layernorm and projector inputs are not
+  counted yet (about 12 hidden-sizes of bytes per patch in a small config), nor is the tower's own backward.
 - **MoE** activations assume even routing; the trace of data-dependent routing on fake tensors is not exact.
 - CPU-vs-CUDA differences the trace corrects for: optimizer implementation (passed explicitly), dropout masks
   (bool, as CUDA), attention dropout inside flash kernels, SDPA's math path in the input dtype (Falcon-7B), the

@@ -46,6 +46,14 @@ VLM_CELLS = [
     ("qwen2.5-vl-3b", dict(method="qlora", batch_size=1, seq_len=256, image_size="1024x1024")),
     ("qwen2.5-vl-3b", dict(method="full", batch_size=1, seq_len=256, image_size="1280x720", grad_ckpt=True)),
     ("qwen2.5-vl-3b", dict(method="lora", batch_size=1, seq_len=256, image_tokens=2048, attn="eager")),
+    ("gemma-3-4b", dict(method="lora", batch_size=1, seq_len=256)),
+    ("gemma-3-4b", dict(method="lora", batch_size=2, seq_len=512, images_per_sample=2, grad_ckpt=True)),
+    ("gemma-3-4b", dict(method="qlora", batch_size=1, seq_len=1024, image_tokens=768)),
+    ("gemma-3-4b", dict(method="full", batch_size=1, seq_len=256, grad_ckpt=True)),
+    ("smolvlm2-500m", dict(method="lora", batch_size=1, seq_len=256, image_size="1280x720")),
+    ("smolvlm2-500m", dict(method="full", batch_size=2, seq_len=512)),
+    ("smolvlm2-500m", dict(method="lora", batch_size=1, seq_len=512, images_per_sample=3, grad_ckpt=True)),
+    ("smolvlm2-500m", dict(method="qlora", batch_size=4, seq_len=256, image_size="640x480")),
 ]
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 PEFT_FAMILIES = ["smollm2-135m", "qwen2.5-0.5b", "gemma-3-1b"]

@@ -19,7 +19,7 @@ SIZES = [(1280, 720), (448, 448), (3000, 4000), (57, 91), (10, 1900), (7000, 700
 
 
 def test_catalog_has_vlms():
-    assert {e["slug"] for e in VLM_ENTRIES} >= {"qwen2.5-vl-3b", "qwen2.5-vl-7b"}
+    assert {e["slug"] for e in VLM_ENTRIES} >= {"qwen2.5-vl-3b", "qwen2.5-vl-7b", "gemma-3-4b", "smolvlm2-500m"}
 
 
 @pytest.mark.parametrize("max_pixels", [12845056, 602112, 1003520, 3136 * 4])
@@ -64,9 +64,11 @@ def test_vlm_counts_equal_meta_numel(entry):
     config = transformers.AutoConfig.for_model(**entry["config"])
     with torch.device("meta"):
         model = transformers.AutoModelForImageTextToText.from_config(config)
-    visual = model.model.visual
-    projector = sum(p.numel() for p in visual.merger.parameters())
-    tower = sum(p.numel() for p in visual.parameters()) - projector
+    # Qwen2.5-VL: model.visual (its merger is the projector); Gemma 3: model.vision_tower, model.multi_modal_projector.
+    projector = sum(p.numel() for n, p in model.named_parameters()
+                    if ".merger." in n or "multi_modal_projector" in n or ".connector." in n)
+    tower = sum(p.numel() for n, p in model.named_parameters()
+                if not n.startswith(("model.language_model.", "model.text_model.", "lm_head."))) - projector
     total = sum(p.numel() for p in model.parameters())
     assert (spec.vision.tower_params, spec.vision.projector_params) == (tower, projector)
     assert count_params(spec).total == total - tower - projector      # the language model and its head
@@ -127,3 +129,103 @@ def test_estimate_matches_trace(kw):
     measured = trace(spec, setup)
     predicted = estimate(spec, setup)
     assert abs(predicted.peak_allocated_bytes / measured.peak_allocated_bytes - 1) < 0.02
+
+
+def test_gemma3_fixed_tokens_and_crops():
+    vision = load_model("gemma-3-4b").vision
+    one = plan_images(vision, "1920x1080", 2, None, None, None)
+    assert (one.tokens_per_image, one.patches_per_image, one.tokens) == (256, 4096, 512)
+    assert plan_images(vision, None, 1, None, None, 768).patches == 3 * 4096
+    with pytest.raises(InvalidSetupError, match="max_pixels"):
+        plan_images(vision, None, 1, None, 602112, None)
+    with pytest.raises(InvalidSetupError, match="multiple"):
+        plan_images(vision, None, 1, None, None, 300)
+
+
+def test_levers_are_re_estimates():
+    from memfit.advisor import suggest
+    from memfit.hardware import load_hardware
+
+    spec = load_model("qwen2.5-vl-7b")
+    setup = TrainingSetup(seq_len=1024)            # one image at the default max_pixels: 16,384 tokens
+    out = suggest(spec, setup, load_hardware(gpu="a100-80gb"), lambda ref, s: "memfit estimate")
+    by_change = {frozenset(s.changes): s for s in out}
+    pixels = by_change.get(frozenset({"max_pixels"}))
+    assert pixels is not None and pixels.changes["max_pixels"] == 12845056 // 4
+    assert pixels.device_bytes == estimate(spec, setup.replace(max_pixels=12845056 // 4)).device_bytes
+
+
+def test_readme_example_is_the_estimate():
+    """The README's two max_pixels settings print what the estimate says."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    spec = load_model("qwen2.5-vl-7b")
+    for max_pixels in (None, 602112):
+        est = estimate(spec, TrainingSetup(seq_len=1024, image_size="1920x1080", grad_ckpt=True, max_pixels=max_pixels))
+        assert f"{est.device_bytes / 2**30:.2f} GiB" in readme
+
+
+def test_llamafactory_image_keys(tmp_path):
+    from memfit.preflight.check import check_config
+
+    base = "model_name_or_path: {}\nstage: sft\nfinetuning_type: lora\ncutoff_len: 1024\n"
+    vlm = tmp_path / "vlm.yaml"
+    vlm.write_text(base.format("Qwen/Qwen2.5-VL-7B-Instruct"))
+    result = check_config(str(vlm))
+    assert (result.setup.max_pixels, result.setup.min_pixels) == (768 * 768, 32 * 32)   # LLaMA-Factory's defaults
+    vlm.write_text(base.format("Qwen/Qwen2.5-VL-7B-Instruct") + "image_max_pixels: 262144\n")
+    assert check_config(str(vlm)).setup.max_pixels == 262144
+    text = tmp_path / "text.yaml"
+    text.write_text(base.format("Qwen/Qwen2.5-0.5B") + "image_max_pixels: 262144\n")
+    result = check_config(str(text))
+    assert result.setup.max_pixels is None and "image_max_pixels" in result.mapped.ignored
+
+
+@pytest.mark.parametrize("width,height", [(1280, 720), (400, 300), (512, 512), (3000, 200), (200, 3000), (1000, 1001)])
+def test_smolvlm_tiles_equal_the_real_processor(width, height):
+    """SmolVLM's image processor (PIL backend) is the oracle for the tiles the tower sees."""
+    pytest.importorskip("transformers")
+    from PIL import Image
+    from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
+
+    vision = load_model("smolvlm2-500m").vision
+    out = SmolVLMImageProcessorPil(size={"longest_edge": 2048}, max_image_size={"longest_edge": 512})(
+        images=[Image.new("RGB", (width, height))], return_tensors="pt")
+    plan = plan_images(vision, f"{width}x{height}", 1, None, None, None)
+    frames = out["pixel_values"].shape[1]
+    assert plan.tokens_per_image == 64 * frames                      # image_seq_len 64 per tile
+    assert plan.patches_per_image == frames * (512 // 16) ** 2
+    assert plan.patches * vision.patch_values == out["pixel_values"][0].numel()
+
+
+def _tiny(slug: str, text: dict, vision: dict, **top) -> ModelSpec:
+    entry = next(e for e in VLM_ENTRIES if e["slug"] == slug)
+    config = json.loads(json.dumps(entry["config"]))
+    config["text_config"].update(text)
+    config["vision_config"].update(vision)
+    config.update(top)
+    return ModelSpec.from_hf_config(config, name=f"tiny-{slug}", source="test",
+                                    processor={"longest_edge": 512} if slug.startswith("smolvlm") else None)
+
+
+@pytest.mark.parametrize("spec,kw", [
+    (lambda: _tiny("gemma-3-4b", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=6, num_attention_heads=4,
+                                     num_key_value_heads=2, head_dim=32, sliding_window=64),
+                   dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        image_size=224, patch_size=14), mm_tokens_per_image=16),
+     dict(method="lora", images_per_sample=2)),
+    (lambda: _tiny("smolvlm2-500m", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+                   dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        image_size=128, patch_size=16), scale_factor=2),
+     dict(method="full", image_size="300x200")),
+], ids=["gemma3", "smolvlm"])
+def test_other_families_match_trace(spec, kw):
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from memfit.trace import trace
+
+    spec, setup = spec(), TrainingSetup(seq_len=128, **kw)
+    measured = trace(spec, setup)
+    assert abs(estimate(spec, setup).peak_allocated_bytes / measured.peak_allocated_bytes - 1) < 0.01

@@ -45,6 +45,9 @@ KINDS: tuple[Kind, ...] = (
          "activations"),
     Kind("recomputed layer", "allocated", "with gradient checkpointing: one layer's activations rebuilt in "
          "backward", "activations"),
+    Kind("vision tower checkpoints", "allocated", "a VLM under gradient checkpointing: the frozen tower's blocks "
+         "join the graph (enable_input_require_grads hooks the patch embedding) and keep their inputs",
+         "activations"),
     Kind("embedding and head activations", "allocated", "embedding indices, final norm, lm_head input, labels",
          "activations"),
     Kind("logits and loss", "allocated", "the loss kernel's logits and cross-entropy buffers (HF: `logits.float()` "

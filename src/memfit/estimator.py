@@ -94,7 +94,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     vision_physics.check_text_model(spec, setup)
     if spec.vision is not None:
         # A VLM: the language model runs text + image tokens; the tower's parts join every phase.
-        tower = vision_physics.vision_parts(spec, setup, resolve_stack(spec, setup).weight_bytes)
+        stack = resolve_stack(spec, setup)
+        tower = vision_physics.vision_parts(spec, setup, stack.weight_bytes, stack.residual_bytes)
         setup = tower.lm_setup
     # The policy's training micro-step (setup itself for SFT), over the sequence the model really processes.
     micro = _as_run(trainers.micro_setup(setup))
@@ -113,7 +114,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     peak_phase = max(totals, key=totals.__getitem__)
     peak_parts, allocated = phases[peak_phase], totals[peak_phase]
     over = overheads(allocated)
-    notes = {**static["notes"], **extra_notes}
+    notes = {**static["notes"], **extra_notes, **(tower.notes if tower else {})}
     components = [Component(name, nbytes, "allocated", notes.get(name, ""))
                   for name, nbytes in peak_parts.items() if nbytes > 0]
     components.append(Component("allocator slack", over.reserved_slack, "reserved",

@@ -110,7 +110,6 @@ GENERATIONS = ("hf", "vllm-colocate", "vllm-server")
 RECIPE_NAMES = ("hf", "trl", "trl-1.14", "trl-0.21", "torchtune", "litgpt", "unsloth", "axolotl", "llamafactory",
                 "ms-swift", "pytorch", "mlx", "megatron")
 RECOMPUTE = ("none", "selective", "full")   # Megatron --recompute-granularity (none: the flag not given)
-VISION_MODES = ("frozen", "full")   # the vision tower and projector: frozen, or trained with the method
 TOOLS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
 
 # Past these a number is a typo, not a plan: no single device trains 2M tokens per micro-batch.
@@ -287,9 +286,7 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            tool_keys=_keys(trl="vllm_enable_sleep_mode")),
     Option("teacher", "text", "the teacher model of GKD (a catalog name, Hugging Face id or config.json)",
            tool_keys=_keys(trl="teacher_model_name_or_path")),
-    # Vision-language models (vision.py): what the vision tower does, and the images each sample carries.
-    Option("vision", "choice", "a VLM's vision tower and projector: frozen (LLaMA-Factory freeze_vision_tower, "
-           "ms-swift freeze_vit default) or trained in full with the method", default="frozen", choices=VISION_MODES),
+    # Vision-language models (vision.py): the images each sample carries. The tower is frozen (physics/vision.py).
     Option("image_size", "text", "a VLM's image size before the processor resizes it, WIDTHxHEIGHT (default: "
            "the largest max_pixels allows)", unit="pixels"),
     Option("images_per_sample", "int", "images in each training sample of a VLM", default=1, unit="images",

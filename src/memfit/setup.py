@@ -87,7 +87,6 @@ class TrainingSetup:
     teacher: str | None = None                  # GKD's teacher model reference
     # The card's total memory, set from the hardware (report.py): vLLM co-located reserves a fraction of it.
     card_bytes: int | None = field(default=None, repr=False)
-    vision: str | None = None                   # a VLM's vision tower and projector: frozen | full
     image_size: str | None = None               # "WxH" before the processor's resize (None: the largest)
     images_per_sample: int | None = None
     max_pixels: int | None = None               # None: the model's processor default

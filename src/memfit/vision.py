@@ -22,7 +22,7 @@ from .errors import InvalidSetupError, Problem, SourceError, shorten
 # VLM model_type -> the text family its language model is built as (transformers 5.24 modeling files: the
 # Qwen2.5-VL text decoder layer is Qwen2's, q/k/v bias and no o bias; modeling_qwen2_5_vl.py
 # Qwen2_5_VLDecoderLayer / Qwen2_5_VLAttention).
-TEXT_FAMILY = {"qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2"}
+TEXT_FAMILY = {"qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2", "gemma3": "gemma3_text", "smolvlm": "llama"}
 VISION_CHOICES = ("frozen", "lora", "full")
 
 
@@ -47,6 +47,8 @@ class VisionSpec:
     projector_params: int         # the merger / multimodal projector
     min_pixels: int               # the processor's defaults (preprocessor_config.json), 0 where not used
     max_pixels: int
+    fixed_side: int = 0           # every image (or tile) resized to this square (Gemma 3: 896), 0: dynamic (Qwen)
+    longest_edge: int = 0         # SmolVLM: images resized to this longest edge, then cut into fixed_side tiles
 
     @property
     def params(self) -> int:
@@ -122,7 +124,86 @@ def _read_qwen2_5_vl(config: dict, vc: dict, source: str, processor: dict) -> tu
     return vision, text
 
 
-_READERS = {"qwen2_5_vl": _read_qwen2_5_vl}
+def _read_gemma3(config: dict, vc: dict, source: str, processor: dict) -> tuple[VisionSpec, dict]:
+    # transformers 5.24 models/siglip/modeling_siglip.py (SiglipVisionEmbeddings: Conv2d with bias and a learned
+    # position per patch; SiglipEncoderLayer: two LayerNorms with bias, q/k/v/out and fc1/fc2 with bias;
+    # post_layernorm; no pooling head when vision_use_head is false) and models/gemma3/modeling_gemma3.py
+    # Gemma3MultiModalProjector (mm_input_projection_weight [vision h, text h], RMSNorm(vision h), avg-pooling
+    # the patch grid down to mm_tokens_per_image). Defaults: SiglipVisionConfig.
+    h = _int(vc, "hidden_size", source, 768)
+    i = _int(vc, "intermediate_size", source, 3072)
+    depth = _int(vc, "num_hidden_layers", source, 12)
+    p = _int(vc, "patch_size", source, 16)
+    side = _int(vc, "image_size", source, 224)
+    c = _int(vc, "num_channels", source, 3)
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise SourceError(f"{source}: text_config must be a JSON object (the language model's config)")
+    text = dict(text)
+    out = _int(text, "hidden_size", source, 2304)
+    tokens = _int(config, "mm_tokens_per_image", source, 256)
+    per_side = side // p
+    token_side = math.isqrt(tokens)
+    if not (h and p and token_side and per_side % token_side == 0 and token_side ** 2 == tokens):
+        raise SourceError(f"{source}: mm_tokens_per_image {tokens} must be a square whose side divides the "
+                          f"{per_side} patches per side")
+    if vc.get("vision_use_head", True) is not False:
+        raise SourceError(f"{source}: a SigLIP pooling head (vision_use_head) is not what Gemma 3 builds")
+    tower = _siglip_params(h, i, depth, p, per_side, c)
+    vision = VisionSpec(
+        family="gemma3", depth=depth, hidden_size=h, intermediate_size=i,
+        num_heads=_int(vc, "num_attention_heads", source, 12), patch_size=p, merge_size=per_side // token_side,
+        temporal_patch_size=1, in_channels=c, out_hidden_size=out, window_size=0, full_attention_layers=(),
+        image_token_id=_int(config, "image_token_id", source, _int(config, "image_token_index", source, 262144)),
+        tower_params=tower, projector_params=h * out + h, min_pixels=0, max_pixels=0, fixed_side=side)
+    text["model_type"] = TEXT_FAMILY["gemma3"]
+    for key in ("torch_dtype", "dtype"):
+        if key in config:
+            text.setdefault(key, config[key])
+    return vision, text
+
+
+def _siglip_params(h: int, i: int, depth: int, p: int, per_side: int, c: int) -> int:
+    """A SigLIP encoder without pooling head: Conv2d patch embedding with bias, one learned position per patch,
+    layers of two LayerNorms, q/k/v/out and fc1/fc2 (all with bias), a final LayerNorm
+    (transformers 5.24 models/siglip/modeling_siglip.py; SmolVLM's vision model is the same, modeling_smolvlm.py)."""
+    layer = 2 * 2 * h + 4 * (h * h + h) + (h * i + i) + (i * h + h)
+    return (c * p * p * h + h) + per_side ** 2 * h + depth * layer + 2 * h
+
+
+def _read_smolvlm(config: dict, vc: dict, source: str, processor: dict) -> tuple[VisionSpec, dict]:
+    # Defaults: transformers 5.24 models/smolvlm/configuration_smolvlm.py SmolVLMVisionConfig (hidden 1152,
+    # intermediate 3072, 12 layers, 16 heads, 512 px, patch 32) and SmolVLMConfig (scale_factor 2).
+    h = _int(vc, "hidden_size", source, 1152)
+    i = _int(vc, "intermediate_size", source, 3072)
+    depth = _int(vc, "num_hidden_layers", source, 12)
+    p = _int(vc, "patch_size", source, 32)
+    side = _int(vc, "image_size", source, 512)
+    c = _int(vc, "num_channels", source, 3)
+    scale = _int(config, "scale_factor", source, 2)
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise SourceError(f"{source}: text_config must be a JSON object (the language model's config)")
+    text = dict(text)
+    out = _int(text, "hidden_size", source, 4096)
+    if not (h and p and scale and side % p == 0 and (side // p) % scale == 0):
+        raise SourceError(f"{source}: image_size {side} must be a multiple of patch_size {p} x scale_factor {scale}")
+    vision = VisionSpec(
+        family="smolvlm", depth=depth, hidden_size=h, intermediate_size=i,
+        num_heads=_int(vc, "num_attention_heads", source, 16), patch_size=p, merge_size=scale, temporal_patch_size=1,
+        in_channels=c, out_hidden_size=out, window_size=0, full_attention_layers=(),
+        image_token_id=_int(config, "image_token_id", source, 128257),
+        tower_params=_siglip_params(h, i, depth, p, side // p, c),
+        # SmolVLMConnector: pixel shuffle (scale x scale patches into one), then Linear(h * scale^2, out, bias=False).
+        projector_params=h * scale * scale * out, min_pixels=0, max_pixels=0, fixed_side=side,
+        # preprocessor_config.json size.longest_edge (SmolVLM/SmolVLM2: 2048; 4 x 512 tiles per side at most).
+        longest_edge=int(processor.get("longest_edge", 4 * side)))
+    text["model_type"] = TEXT_FAMILY["smolvlm"]
+    text.setdefault("tie_word_embeddings", config.get("tie_word_embeddings", False))
+    return vision, text
+
+
+_READERS = {"qwen2_5_vl": _read_qwen2_5_vl, "gemma3": _read_gemma3, "smolvlm": _read_smolvlm}
 
 
 # ---- image tokens ---------------------------------------------------------------------------------------------
@@ -182,6 +263,10 @@ def parse_image_size(text: str) -> tuple[int, int]:
 def plan_images(vision: VisionSpec, image_size: str | None, images: int, min_pixels: int | None,
                 max_pixels: int | None, image_tokens: int | None) -> ImagePlan:
     """The tokens and patches of `images` images per sample, as the family's processor makes them."""
+    if vision.longest_edge:
+        return _plan_tiles(vision, image_size, images, min_pixels, max_pixels, image_tokens)
+    if vision.fixed_side:
+        return _plan_fixed(vision, image_size, images, min_pixels, max_pixels, image_tokens)
     lo = vision.min_pixels if min_pixels is None else min_pixels
     hi = vision.max_pixels if max_pixels is None else max_pixels
     f = vision.token_pixels
@@ -215,3 +300,87 @@ def plan_images(vision: VisionSpec, image_size: str | None, images: int, min_pix
     return ImagePlan(images=images, grid=grid, tokens_per_image=tokens, patches_per_image=patches,
                      how=f"{images} image(s) per sample, {how}: {tokens:,} tokens and {patches:,} tower patches "
                          f"each")
+
+
+def _no_pixel_bounds(vision: VisionSpec, min_pixels: int | None, max_pixels: int | None) -> None:
+    for name, value in (("max_pixels", max_pixels), ("min_pixels", min_pixels)):
+        if value is not None:
+            raise InvalidSetupError(Problem(name, f"{{{name}}} bounds Qwen-VL's resize; {vision.family} resizes "
+                                                  f"images its own way"))
+
+
+def smolvlm_frames(width: int, height: int, longest_edge: int, tile: int) -> tuple[int, int]:
+    """(rows, cols) of tiles SmolVLM's processor cuts an image into; (0, 0) when it stays one tile. Mirrors
+    transformers 5.24 models/smolvlm/image_processing_pil_smolvlm.py: resize the longest edge to `longest_edge`
+    (_resize_output_size_rescale_to_max_len, then below MAX_IMAGE_SIZE 4096), round both sides up to multiples of
+    the tile (resize_for_vision_encoder), cut (split_images) and add one global tile."""
+    aspect = width / height
+    if width >= height:
+        width, height = longest_edge, int(longest_edge / aspect)
+        height += height % 2
+    else:
+        height, width = longest_edge, int(longest_edge * aspect)
+        width += width % 2
+    height, width = max(height, 1), max(width, 1)
+    cap = 4096
+    if width >= height and width > cap:
+        width, height = cap, int(cap / (width / height))
+    elif height > width and height > cap:
+        height, width = cap, int(cap * (width / height))
+    aspect = width / height
+    if width >= height:
+        width = math.ceil(width / tile) * tile
+        height = math.ceil(int(width / aspect) / tile) * tile
+    else:
+        height = math.ceil(height / tile) * tile
+        width = math.ceil(int(height * aspect) / tile) * tile
+    if height > tile or width > tile:
+        return (height - tile) // tile + 1, (width - tile) // tile + 1
+    return 0, 0
+
+
+def _plan_tiles(vision: VisionSpec, image_size: str | None, images: int, min_pixels: int | None,
+                max_pixels: int | None, image_tokens: int | None) -> ImagePlan:
+    """SmolVLM: tiles of fixed_side pixels plus a global tile, each (side / patch / scale)^2 tokens (64)."""
+    _no_pixel_bounds(vision, min_pixels, max_pixels)
+    side = vision.fixed_side // vision.patch_size
+    per_tile = (side // vision.merge_size) ** 2
+    if image_tokens is not None:
+        if image_tokens % per_tile:
+            raise InvalidSetupError(Problem("image_tokens", f"{{image_tokens}} {image_tokens}: {vision.family} makes "
+                                                            f"{per_tile} tokens per tile (a multiple of it)"))
+        frames, how = image_tokens // per_tile, f"{image_tokens // per_tile} tiles (given)"
+    else:
+        width, height = parse_image_size(image_size) if image_size else (vision.longest_edge, vision.longest_edge)
+        rows, cols = smolvlm_frames(width, height, vision.longest_edge, vision.fixed_side)
+        frames = rows * cols + 1 if rows else 1
+        what = image_size or f"no --image-size: a square image at the longest edge {vision.longest_edge}"
+        how = f"{what} cut into {rows}x{cols} tiles of {vision.fixed_side} px + 1 global" if rows else \
+            f"{what} as one {vision.fixed_side} px tile"
+    return ImagePlan(images=images, grid=(side * frames, side), tokens_per_image=per_tile * frames,
+                     patches_per_image=side * side * frames,
+                     how=f"{images} image(s) per sample, {how}: {per_tile * frames:,} tokens and "
+                         f"{side * side * frames:,} tower patches each")
+
+
+def _plan_fixed(vision: VisionSpec, image_size: str | None, images: int, min_pixels: int | None,
+                max_pixels: int | None, image_tokens: int | None) -> ImagePlan:
+    """Gemma 3: every image (or pan-and-scan crop) is resized to fixed_side x fixed_side and pooled to a fixed
+    number of tokens (Gemma3ImageProcessor; mm_tokens_per_image). Pixel bounds do not apply."""
+    _no_pixel_bounds(vision, min_pixels, max_pixels)
+    if image_size is not None:
+        parse_image_size(image_size)          # checked, then resized away
+    side = vision.fixed_side // vision.patch_size
+    per_crop = (side // vision.merge_size) ** 2
+    crops = 1
+    if image_tokens is not None:
+        if image_tokens % per_crop:
+            raise InvalidSetupError(Problem("image_tokens", f"{{image_tokens}} {image_tokens}: {vision.family} makes "
+                                                            f"{per_crop} tokens per image or crop (a multiple of it)"))
+        crops = image_tokens // per_crop
+    size = f"{image_size} resized" if image_size else "each image resized"
+    return ImagePlan(images=images, grid=(side * crops, side), tokens_per_image=per_crop * crops,
+                     patches_per_image=side * side * crops,
+                     how=f"{images} image(s) per sample, {size} to {vision.fixed_side}x{vision.fixed_side}"
+                         + (f" in {crops} crops" if crops > 1 else "") + f": {per_crop * crops:,} tokens and "
+                         f"{side * side * crops:,} tower patches each")

@@ -221,7 +221,8 @@ def micro_setup(setup: TrainingSetup) -> TrainingSetup:
         methods = BY_NAME[name].methods
         if methods and setup.method not in methods:
             continue
-        if name in ("chunked_ce", "ckpt_offload", "ckpt_reentrant", "autocast", "shard") and name not in setup.explicit:
+        if name in ("chunked_ce", "ckpt_offload", "ckpt_reentrant", "autocast", "shard", "galore_rank", "apollo_rank",
+                    "muon_params") and name not in setup.explicit:
             continue     # derived from the others exactly as before
         values[name] = getattr(setup, name)
     values["batch_size"] = shape(setup).rows

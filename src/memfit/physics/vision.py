@@ -22,7 +22,7 @@ from ..setup import TrainingSetup
 from ..spec import ModelSpec
 from ..vision import ImagePlan, plan_images
 
-IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens", "vision")
+IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens")
 PIXEL_BYTES = 4          # the image processors return float32 pixel_values (rescale + normalize in fp32)
 
 
@@ -33,11 +33,17 @@ class VisionParts:
     weight_bytes: int                 # tower + projector weights
     pixel_bytes: int                  # the fp32 pixel values of one micro-batch
     assumptions: tuple[str, ...]
+    checkpoint_bytes: int = 0         # a frozen tower's block inputs kept under gradient checkpointing
+    notes = {"vision tower weights": "the vision tower and projector, frozen (no gradients, no saved activations)",
+             "pixel values": "the processor's fp32 pixel values of the micro-batch's images",
+             "vision tower checkpoints": "each vision block's input, kept under gradient checkpointing"}
 
     def add_to(self, phases: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """Every phase holds the tower's weights and the micro-batch's pixel values."""
-        return {name: {**parts, "vision tower weights": self.weight_bytes,
-                       "pixel values": self.pixel_bytes} for name, parts in phases.items()}
+        # The tower's checkpoints live until backward reaches the tower, after every LM layer: gone by the step.
+        return {name: {**parts, "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes,
+                       **({"vision tower checkpoints": self.checkpoint_bytes} if name != "optimizer step" else {})}
+                for name, parts in phases.items()}
 
 
 def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
@@ -48,11 +54,9 @@ def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
                                                f"text model") for name in given])
 
 
-def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: int) -> VisionParts:
+def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: int,
+                 hidden_bytes: int) -> VisionParts:
     vision = spec.vision
-    if setup.vision != "frozen":
-        raise InvalidSetupError(Problem("vision", f"{{vision}} {setup.vision}: only a frozen vision tower is "
-                                                  f"modelled so far"))
     try:
         plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
                            setup.image_tokens)
@@ -65,12 +69,31 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
         raise InvalidSetupError(Problem("images_per_sample", f"text {setup.seq_len:,} + image tokens "
                                                              f"{plan.tokens:,} is more than memfit models")) from None
     pixel_bytes = setup.batch_size * plan.patches * vision.patch_values * PIXEL_BYTES
+    if vision.family == "smolvlm":
+        # The processor's pixel_attention_mask: int64, one per pixel of each tile (image_processing_smolvlm.py).
+        pixel_bytes += setup.batch_size * plan.patches * vision.patch_size ** 2 * 8
+    checkpoints = 0
+    if setup.grad_ckpt:
+        # transformers 5.24 modeling_utils.py gradient_checkpointing_enable calls enable_input_require_grads, which
+        # hooks the input embeddings of every PreTrainedModel inside, the vision tower's patch embedding too: its
+        # output requires grad, so even a frozen tower joins the graph, and each checkpointed vision block
+        # (GradientCheckpointingLayer) keeps its input hidden states until backward.
+        checkpoints = setup.batch_size * plan.patches * vision.depth * vision.hidden_size * hidden_bytes
+        if vision.family == "qwen2_5_vl":
+            # The blocks' rotary cos and sin (fp32, head_dim per patch), passed to every checkpointed block.
+            checkpoints += setup.batch_size * plan.patches * 2 * (vision.hidden_size // vision.num_heads) * 4
+            # The merger is not checkpointed (modeling_qwen2_5_vl.py Qwen2_5_VLPatchMerger): its RMSNorm saves the
+            # fp32 input and rsqrt, then Linear, GELU and Linear each save their input (4h per token = h per patch).
+            checkpoints += setup.batch_size * plan.patches * (vision.hidden_size * (4 + 3 * hidden_bytes) + 4)
     notes = (f"vision-language model: {plan.how}; the language model runs {setup.seq_len:,} text + "
              f"{plan.tokens:,} image tokens = {lm_len:,} per sample",
              f"vision tower ({vision.tower_params:,} params) and projector ({vision.projector_params:,}) frozen: "
              f"weights only, no activations saved, no gradients")
+    if checkpoints:
+        notes += ("gradient checkpointing makes the frozen tower's output require grad (enable_input_require_grads "
+                  "hooks its patch embedding): each vision block keeps its input until backward",)
     return VisionParts(plan=plan, lm_setup=lm_setup, weight_bytes=vision.params * weight_bytes_per_param,
-                       pixel_bytes=pixel_bytes, assumptions=notes)
+                       pixel_bytes=pixel_bytes, assumptions=notes, checkpoint_bytes=checkpoints)
 
 
 def vision_levers(spec: ModelSpec, setup: TrainingSetup) -> list[tuple]:

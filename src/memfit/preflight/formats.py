@@ -230,6 +230,9 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
     pure = r.flag("pure_bf16")
     setup["precision"] = "bf16" if pure else read_precision(r, r.flag("bf16"), r.flag("fp16"))
     read_deepspeed(r, setup)
+    from .vision import read_image_keys
+
+    read_image_keys(r, setup, keys)
     dataset, dataset_key = _llamafactory_dataset(r)
     read_trainer_keys("llamafactory", r, setup, defaults, keys)   # dpo/kto/grpo/... (preflight/trainers.py)
     return _mapped(r, model, setup, defaults, keys, dataset, dataset_key)

@@ -39,27 +39,29 @@ def auto_class():
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The language model's decoder layers (the vision blocks come first in module order)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return list(base.model.language_model.layers)
+    text = base.model.text_model if hasattr(base.model, "text_model") else base.model.language_model   # SmolVLM
+    return list(text.layers)
 
 
 def freeze_tower(model: nn.Module, setup: TrainingSetup) -> None:
-    """--vision frozen: the tower and projector take no gradient (LLaMA-Factory freeze_vision_tower and
-    freeze_multi_modal_projector, ms-swift freeze_vit and freeze_aligner)."""
-    if setup.vision == "frozen":
-        for p in model.model.visual.parameters():
+    """The tower and projector take no gradient: the default of LLaMA-Factory (freeze_vision_tower,
+    freeze_multi_modal_projector) and ms-swift (freeze_vit, freeze_aligner), and what the estimate assumes."""
+    for name, p in model.named_parameters():
+        if not name.startswith(("model.language_model.", "model.text_model.", "lm_head.")):
             p.requires_grad_(False)
 
 
 def lora_targets(names: list[str]) -> str:
     """PEFT target_modules as a regex over full module names: the language model's linears only (the vision
     MLP reuses gate_proj/up_proj/down_proj; the trainers' frozen tower gets no adapter)."""
-    return r".*language_model\..*\.(" + "|".join(names) + r")"
+    return r".*(language_model|text_model)\..*\.(" + "|".join(names) + r")"
 
 
 def on_constants(fn):
     """Run `fn` on the real values of constant FakeTensors and return its tensors as constants again."""
-    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+    from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._pytree import tree_map
+    from torch.utils._python_dispatch import _disable_current_modes
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -70,7 +72,7 @@ def on_constants(fn):
                 return x.constant
             return x
 
-        with unset_fake_temporarily():
+        with _disable_current_modes():       # real values, not traced: only the constants made below count
             out = fn(*tree_map(real, args), **tree_map(real, kwargs))
 
         def constant(x):
@@ -107,24 +109,62 @@ def fake_constants(spec: ModelSpec):
 
 
 def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
-    """One micro-batch as the processor makes it: per sample, each image as <vision_start> + its image tokens +
-    <vision_end>, then text up to seq_len text tokens; fp32 pixel values [patches, c*t*p*p]; the image grid."""
+    """One micro-batch as the processor makes it: per sample, each image as <start> + its image tokens + <end>,
+    then text up to seq_len text tokens; fp32 pixel values in the family's layout."""
     import json
 
     vision = spec.vision
     plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
                        setup.image_tokens)
     config = json.loads(spec.hf_config_json)
-    start, end = config.get("vision_start_token_id", 151652), config.get("vision_end_token_id", 151653)
+    if vision.family == "smolvlm":
+        # processing_smolvlm.py wraps each tile's <image> run in <fake_token_around_image> (49189) tokens.
+        start = end = config.get("fake_image_token_id", 49189)
+    elif vision.family == "gemma3":
+        # processing_gemma3.py: "\n\n" + <start_of_image> + 256 x <image_soft_token> + <end_of_image> + "\n\n".
+        start, end = config.get("boi_token_index", 255999), config.get("eoi_token_index", 256000)
+    else:
+        start, end = config.get("vision_start_token_id", 151652), config.get("vision_end_token_id", 151653)
     row: list[int] = []
     for _ in range(plan.images):
         row += [start] + [vision.image_token_id] * plan.tokens_per_image + [end]
     text = setup.seq_len + plan.tokens - len(row)
     if text < 0:
         raise ValueError(f"seq_len {setup.seq_len} leaves no room for the images' start/end tokens")
-    # Plain text ids below the special tokens (Qwen2: ids < 151643 are ordinary tokens).
-    row += [(7 * k) % min(spec.vocab_size, 151643) for k in range(text)]
+    # Ordinary text ids, below every special token of these families (SmolVLM's start at 49152).
+    row += [(7 * k) % min(spec.vocab_size, 49152 - 10) + 10 for k in range(text)]
     ids = torch.tensor([row] * setup.batch_size)          # a constant: the model finds its image tokens in it
-    grid = torch.tensor([[1, *plan.grid]] * (setup.batch_size * plan.images))
+    images = setup.batch_size * plan.images
+    if not images:
+        return {"input_ids": ids, "labels": ids}           # --images-per-sample 0: a text-only batch
+    if vision.family == "smolvlm":
+        return {"input_ids": ids, "labels": ids, **_constant_pixels(vision, setup.batch_size, plan)}
+    if vision.family == "gemma3":
+        crops = plan.patches_per_image // (vision.fixed_side // vision.patch_size) ** 2
+        side = vision.fixed_side
+        pixels = torch.empty(images * crops, vision.in_channels, side, side, dtype=torch.float32)
+        # The processor's token_type_ids (1 on image tokens): Gemma 3 attends bidirectionally within an image.
+        types = torch.tensor([[int(t == vision.image_token_id) for t in row]] * setup.batch_size)
+        return {"input_ids": ids, "labels": ids, "pixel_values": pixels, "token_type_ids": types}
+    grid = torch.tensor([[1, *plan.grid]] * images)
     pixels = torch.empty(setup.batch_size * plan.patches, vision.patch_values, dtype=torch.float32)
     return {"input_ids": ids, "labels": ids, "pixel_values": pixels, "image_grid_thw": grid}
+
+
+def _constant_pixels(vision, batch: int, plan) -> dict:
+    """SmolVLM drops all-zero padding tiles by looking at the pixel values (modeling_smolvlm.py
+    get_image_features: real_images_inds) and sizes its position ids from pixel_attention_mask: both must hold
+    data. They are made real (ones: every tile real, no padding) and lifted into the fake mode as constants; the
+    model's copies of them are still counted."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    frames = plan.patches_per_image // (vision.fixed_side // vision.patch_size) ** 2
+    side = vision.fixed_side
+    # Made outside every mode: the tracker counts the lifted inputs, not the real values behind them.
+    with _disable_current_modes():
+        pixels = torch.ones(batch, plan.images * frames, vision.in_channels, side, side, dtype=torch.float32)
+        mask = torch.ones(batch, plan.images * frames, side, side, dtype=torch.int64)
+    lift = mode.fake_tensor_converter.from_real_tensor
+    return {"pixel_values": lift(mode, pixels, make_constant=True),
+            "pixel_attention_mask": lift(mode, mask, make_constant=True)}
