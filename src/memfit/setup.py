@@ -153,6 +153,11 @@ class TrainingSetup:
             p.append(Problem("chunked_ce", f"{{chunked_ce}} contradicts {{loss}} {self.loss} (a "
                                            f"{'chunked' if self.loss in CHUNKED_LOSSES else 'full-logits'} loss); "
                                            "give one of them"))
+        if self.method == "prefix" and self.grad_ckpt:
+            # The prefix's key/value cache is extended again when a checkpointed layer is recomputed, and PEFT
+            # raises (huggingface/peft#869, PR #2191).
+            p.append(Problem("grad_ckpt", "prefix tuning cannot run with {grad_ckpt} (PEFT refuses it: the prefix "
+                                          "cache grows again when a layer is recomputed); turn checkpointing off"))
         if self.ckpt_reentrant and not self.grad_ckpt:
             p.append(Problem("ckpt_reentrant", "{ckpt_reentrant} checkpointing needs {grad_ckpt}"))
         if self.ckpt_offload and not self.grad_ckpt:

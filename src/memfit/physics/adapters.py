@@ -32,11 +32,20 @@ def module_size(setup) -> int:
     return setup.lora_rank
 
 
-def check_modules(setup, linears) -> None:
+# transformers builds these families' projections as GPT-2 Conv1D, which LoHa, LoKr, OFT and BOFT do not adapt
+# (peft 0.21.2 raises "Target module ... Conv1D ... not supported" in their _create_new_module).
+CONV1D_MODEL_TYPES = ("gpt2",)
+LINEAR_ONLY_METHODS = ("loha", "lokr", "oft", "boft")
+
+
+def check_modules(spec, setup, linears) -> None:
     """What PEFT refuses for these modules, refused the same way here (InvalidSetupError)."""
     from ..errors import InvalidSetupError, Problem
 
     problems = []
+    if setup.method in LINEAR_ONLY_METHODS and spec.model_type in CONV1D_MODEL_TYPES and linears:
+        problems.append(Problem("method", f"{{method}} {setup.method}: PEFT cannot adapt {spec.model_type}'s Conv1D "
+                                          "projections with this method (it supports nn.Linear and Conv2d)"))
     if setup.method in ("oft", "boft"):
         bad = sorted({lin.d_in for lin in linears if lin.d_in % setup.oft_block_size})
         if bad:
@@ -337,7 +346,12 @@ def prefix_extra_per_token(spec, virtual: int, seq_len: int, attn_bytes: int) ->
     every key and value s + p long (DynamicCache.update concatenates them, repeat_kv expands them to the query
     heads because a mask is present, and SDPA saves them), and the [b, 1, s, s + p] mask has p more columns
     (transformers masking_utils builds it because the key length differs from the query length)."""
-    return virtual * attn_bytes + round(2 * virtual * spec.q_dim * attn_bytes / seq_len)
+    extra = virtual * attn_bytes + round(2 * virtual * spec.q_dim * attn_bytes / seq_len)
+    if spec.fused_qkv and spec.position_embeddings:
+        # Without rotary (GPT-2) the saved query is still a view of the fused qkv output, which keeps the key and
+        # value parts of that storage alive although SDPA saves the concatenated copies.
+        extra += 2 * spec.kv_dim * attn_bytes
+    return extra
 
 
 def lisa_layer_coefficients(spec, setup, stack, walk_layer) -> tuple[int, int]:

@@ -185,7 +185,7 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
 
 
 def _extras(spec: ModelSpec, setup: TrainingSetup, lora_modules: tuple[LoraModule, ...]) -> dict:
-    adapters.check_modules(setup, [m.linear for m in lora_modules])
+    adapters.check_modules(spec, setup, [m.linear for m in lora_modules])
     trainable, frozen = adapters.extra_params(spec, setup.method, setup.lora_rank, setup.num_virtual_tokens,
                                               [m.linear for m in lora_modules])
     return dict(extra_trainable=trainable, extra_frozen_params=frozen)
