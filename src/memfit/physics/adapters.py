@@ -145,7 +145,9 @@ def module_tensors(method: str, d_in: int, d_out: int, rank: int, feedforward: b
     if method == "lora-fa":
         return (rank * d_out,)
     if method == "adalora":
-        return (rank * d_in, rank, rank * d_out)                  # lora_A, lora_E, lora_B
+        # lora_A, lora_E, lora_B, and ranknum, which get_peft_model leaves requiring grad (the division by it in
+        # the forward gives it a gradient)
+        return (rank * d_in, rank, rank * d_out, 1)
     if method == "ia3":
         return (d_in if feedforward else d_out,)
     if method == "loha":
@@ -168,11 +170,9 @@ def module_tensors(method: str, d_in: int, d_out: int, rank: int, feedforward: b
 
 
 def module_frozen_params(method: str, d_in: int, d_out: int, rank: int) -> int:
-    """Frozen adapter elements per module: LoRA-FA's A, AdaLoRA's ranknum."""
+    """Frozen adapter elements per module: LoRA-FA's A."""
     if method == "lora-fa":
         return rank * d_in
-    if method == "adalora":
-        return 1
     return 0
 
 
