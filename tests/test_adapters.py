@@ -35,6 +35,13 @@ def test_every_method_is_described_and_estimated():
         assert est.peak_allocated_bytes != lora.peak_allocated_bytes, method
 
 
+def test_readme_method_table_is_the_records():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert adapters.method_table() in readme, "run python tools/readme_flags.py"
+
+
 def test_lora_equivalents_cost_what_lora_costs():
     spec = _spec()
     lora = estimate(spec, TrainingSetup(method="lora", seq_len=256))

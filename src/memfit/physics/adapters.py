@@ -71,7 +71,7 @@ METHODS = {m.name: m for m in (
     Method("lora", "A (r x in) and B (out x r) per module; saves the adapter's input copy and the r-wide "
            "intermediate", "tuners/lora/layer.py Linear.forward"),
     Method("dora", "LoRA plus a magnitude vector (out); saves LoRA's tensors plus the base output and the LoRA "
-           "output (2 x out per token: (m/||W||-1)*base + m/||W||*lora)",
+           "output (2 x out per token: (m / norm(W) - 1) * base + m / norm(W) * lora)",
            "tuners/lora/dora.py DoraLinearLayer.forward:132-166"),
     Method("lora-fa", "LoRA with A frozen: no gradient or optimizer state for A, and lora_A saves no input "
            "(only B's r-wide input)", "optimizers/lorafa.py create_lorafa_optimizer (A.requires_grad=False)"),
@@ -108,6 +108,14 @@ METHODS = {m.name: m for m in (
            "keys and values are s + virtual tokens long and take a mask", "tuners/prefix_tuning/model.py, "
            "peft_model.py get_prompt"),
 )}
+
+
+def method_table() -> str:
+    """The README's table of methods (tools/readme_flags.py writes it; a test checks it)."""
+    rows = ["| `--method` | what it keeps in memory beyond the frozen base | forward read from (peft 0.21.2 src/peft/) |",
+            "|---|---|---|"]
+    rows += [f"| {m.name} | {m.keeps} | {m.source} |" for m in METHODS.values()]
+    return "\n".join(rows)
 
 
 def lokr_factors(d_in: int, d_out: int, rank: int) -> tuple[int, ...]:
