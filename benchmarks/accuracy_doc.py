@@ -52,8 +52,15 @@ KNOWN_GAPS = """## Known gaps and their causes
 - **FSDP2 with checkpointing**: under the fake process group the tracker's peak moves into `optimizer.step`,
   where foreach AdamW on DTensor shards shows about 13x a shard of temporaries; not modelled until confirmed
   on a GPU.
-- **PEFT methods other than LoRA** (DoRA, IA3, prompt tuning, ...) and torch.compile runs are not expressible
-  and are listed below rather than dropped.
+- **PEFT methods other than LoRA** (`--method dora`, `ia3`, `prefix`, ...; physics/adapters.py) match the trace
+  like LoRA does. Against the PEFT method comparison (MMQA rows, Llama-3.2-3B on an L40S) they sit where that
+  source's LoRA rows sit, a few percent over: the published figure is the maximum reserved over the whole run,
+  evaluation generation included. The LoRA-FA row measures what LoRA measures (20.7 GiB), while freezing A drops
+  the fp32 input copy lora_A saves: the figure is set by something other than the training step (its
+  training-only p99 is LoRA's too). BOFT is 13% over: the CPU trace of the same PEFT code keeps an fp32 in x in
+  permutation buffer per module and three in x in bf16 matrices for backward, about 2 GiB more than that run's
+  increase over LoRA; not settled without a GPU. OSF, TinyLoRA and LLaMA-Adapter rows are not modelled and are
+  listed below; torch.compile runs are not expressible either.
 - **MoE** activations assume even routing; the trace of data-dependent routing on fake tensors is not exact.
 - CPU-vs-CUDA differences the trace corrects for: optimizer implementation (passed explicitly), dropout masks
   (bool, as CUDA), attention dropout inside flash kernels, SDPA's math path in the input dtype (Falcon-7B), the
