@@ -182,7 +182,8 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     static["notes"] = {
         "weights": _weights_note(spec, setup, stack),
         "quantization constants": f"{setup.quant} absmax / double-quant constants (bitsandbytes quantize_4bit)",
-        "adapter weights": f"{'LoRA A/B, rank ' + str(setup.lora_rank) if setup.method in ('lora', 'qlora') else setup.method + ' adapter'}, {stack.adapter_bytes} B per param",
+        "adapter weights": (f"LoRA A/B, rank {setup.lora_rank}" if setup.method in ("lora", "qlora") else
+                            f"{setup.method} adapter") + f", {stack.adapter_bytes} B per param",
         "gradients": f"trainable params x {per} B (.grad in the param dtype)",
         "optimizer state": f"{OPTIMIZERS[setup.optimizer]}: {opt_note}",
         "optimizer step temporaries": step_note,

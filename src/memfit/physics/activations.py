@@ -168,9 +168,9 @@ class _Walk:
             self.add(h)                                # bool dropout mask on CUDA
 
         if _post_norm(spec):
-            self.norm(h, lin_out, self.norms_train)               # OLMo 2: norm on the attention output
+            self.norm(h, lin_out, self.norms_train)   # OLMo 2: norm on the attention output
         if spec.norms_per_layer == 4:
-            self.norm(h, lin_out, self.norms_train)               # Gemma 2/3 post_attention_layernorm
+            self.norm(h, lin_out, self.norms_train)   # Gemma 2/3 post_attention_layernorm
         if not mlp_shares_input:
             # GPT-NeoX's parallel residual: both norms read the same layer input.
             y = self.norm(h, res, self.norms_train, input_shared=spec.parallel_attn_mlp) if not _post_norm(spec) else res
@@ -182,7 +182,7 @@ class _Walk:
         # under autocast); other linears return the compute dtype.
         self.mlp(y if st.method == "qlora" else lin_out, train)
         if _post_norm(spec) or spec.norms_per_layer == 4:
-            self.norm(h, lin_out, self.norms_train)               # post_feedforward_layernorm
+            self.norm(h, lin_out, self.norms_train)   # post_feedforward_layernorm
         if spec.resid_dropout > 0:
             self.add(h)
         return self.coefficients

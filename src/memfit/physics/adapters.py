@@ -86,8 +86,8 @@ METHODS = {m.name: m for m in (
     Method("vera", "shared frozen A (r x max in) and B (max out x r), per module lambda_d (r) and lambda_b (out); "
            "saves the r-wide and out-wide products and 16-bit casts of the sliced projections",
            "tuners/vera/layer.py Linear.forward:253-289"),
-    Method("oft", "block-diagonal rotation of each module's input: in x (block - 1) / 2 parameters; saves a block-major "
-           "copy of the input per module and seven (in/block) x block x block Cayley-Neumann tensors",
+    Method("oft", "block-diagonal rotation of each module's input: in x (block - 1) / 2 parameters; saves a "
+           "block-major copy of the input per module and seven (in/block) x block x block Cayley-Neumann tensors",
            "tuners/oft/layer.py OFTRotationModule.forward:243-283, _cayley_batch:118-157"),
     Method("boft", "butterfly rotation: an fp32 in x in permutation buffer per module, boft_R and a scale (out); saves "
            "in x in rotation matrices, the module input and its output",
@@ -112,8 +112,8 @@ METHODS = {m.name: m for m in (
 
 def method_table() -> str:
     """The README's table of methods (tools/readme_flags.py writes it; a test checks it)."""
-    rows = ["| `--method` | what it keeps in memory beyond the frozen base | forward read from (peft 0.21.2 src/peft/) |",
-            "|---|---|---|"]
+    rows = ["| `--method` | what it keeps in memory beyond the frozen base | forward read from "
+            "(peft 0.21.2 src/peft/) |", "|---|---|---|"]
     rows += [f"| {m.name} | {m.keeps} | {m.source} |" for m in METHODS.values()]
     return "\n".join(rows)
 
