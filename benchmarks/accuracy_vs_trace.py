@@ -49,6 +49,9 @@ def peft_cells():
     for method in PEFT_METHODS:
         if method != "prefix":     # PEFT refuses prefix tuning with checkpointing (setup.py says why)
             yield "smollm2-135m", dict(method=method, batch_size=2, seq_len=256, grad_ckpt=True)
+    # On a quantized base (QDoRA and the other PEFT methods with bitsandbytes layers).
+    for method, quant in (("dora", "nf4-dq"), ("ia3", "nf4"), ("adalora", "int8"), ("lora-fa", "nf4-dq")):
+        yield "smollm2-135m", dict(method=method, batch_size=1, seq_len=256, quant=quant)
     # Pure 16-bit weights (no autocast) and GPT-2's Conv1D modules.
     for method in PEFT_METHODS:
         if method not in LINEAR_ONLY_METHODS:     # PEFT cannot put these on GPT-2's Conv1D (refused)

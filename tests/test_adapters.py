@@ -72,6 +72,19 @@ def test_what_peft_refuses_is_refused():
         estimate(gpt2, TrainingSetup(method="loha", seq_len=256))
 
 
+def test_qdora_is_dora_on_qlora_s_base():
+    # --method dora --quant nf4-dq: the base is stored as QLoRA stores it; the 16-bit base is the default.
+    spec = _spec()
+    qlora = estimate(spec, TrainingSetup(method="qlora", seq_len=256, grad_ckpt=False))
+    qdora = estimate(spec, TrainingSetup(method="dora", quant="nf4-dq", seq_len=256))
+    dora = estimate(spec, TrainingSetup(method="dora", seq_len=256))
+    assert qdora.component("weights") == qlora.component("weights") < dora.component("weights")
+    assert qdora.component("quantization constants") == qlora.component("quantization constants") > 0
+    assert dora.component("quantization constants") == 0
+    with pytest.raises(InvalidSetupError):
+        TrainingSetup(method="loha", quant="nf4")           # PEFT has no bitsandbytes LoHa layer
+
+
 def test_dora_saves_the_base_and_lora_outputs_more_than_lora():
     # peft tuners/lora/dora.py:165: (m/||W|| - 1) * base_result + m/||W|| * lora_result * scaling keeps both
     # out-wide operands: 2 x (q out + v out) x 2 bytes per token per layer under bf16 autocast.
@@ -103,6 +116,7 @@ def test_trainable_params_are_peft_s(method):
 @pytest.mark.parametrize("method,kw", [(m, {}) for m in METHODS] + [
     ("dora", dict(grad_ckpt=True)), ("loha", dict(precision="bf16")), ("boft", dict(precision="bf16")),
     ("prompt", dict(precision="bf16", batch_size=2)), ("lisa", dict(lisa_layers=1, batch_size=2)),
+    ("dora", dict(quant="nf4-dq")), ("ia3", dict(quant="nf4")), ("adalora", dict(quant="int8")),
 ])
 def test_estimate_matches_the_trace(method, kw):
     from memfit.trace import trace

@@ -19,7 +19,7 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       check_range,
                       normalize)
 from .options import parse_targets as _parse_targets
-from .options import PEFT_METHODS
+from .options import PEFT_METHODS, QUANTIZABLE_METHODS
 from .physics.adapters import DEFAULT_BLOCK_SIZE, DEFAULT_TARGETS
 from .recipes import CHUNKED_LOSSES, RECIPES
 
@@ -90,6 +90,8 @@ class TrainingSetup:
         # Defaults that follow from other fields.
         if "lora_targets" not in given and method in DEFAULT_TARGETS:
             values["lora_targets"] = DEFAULT_TARGETS[method]     # PEFT's own default for the method
+        if "quant" not in given and method in PEFT_METHODS:
+            values["quant"] = "none"        # a PEFT method's base stays 16-bit unless --quant says otherwise
         if "oft_block_size" not in given:
             values["oft_block_size"] = DEFAULT_BLOCK_SIZE.get(method)
         if "autocast" not in given:
@@ -141,7 +143,12 @@ class TrainingSetup:
         if self.shard == "hsdp" and self.nodes < 2:
             p.append(Problem("shard", "hsdp shards within a node and replicates across nodes: give {nodes} 2 or "
                                       "more"))
-        if self.method == "qlora" and self.precision == "fp32":
+        if self.method == "qlora" and self.quant == "none":
+            p.append(Problem("quant", "QLoRA is LoRA on a quantized base: {quant} none contradicts it (use lora)"))
+        if self.method in QUANTIZABLE_METHODS and self.quant in MLX_QUANTS:
+            p.append(Problem("quant", f"{{quant}} {self.quant} is an MLX conversion, for {{method}} qlora under "
+                                      "{recipe} mlx; PEFT methods take a bitsandbytes base (nf4, nf4-dq, fp4, int8)"))
+        if self.quantized_base and self.precision == "fp32":
             p.append(Problem("precision", "QLoRA computes in 16-bit; {precision} fp32 contradicts it (use bf16 or "
                                           "fp16)"))
         if "autocast" in self.explicit and self.precision != "auto" and \
@@ -215,6 +222,11 @@ class TrainingSetup:
         """Every field except batch size and length: what the token-independent parts of an estimate depend on."""
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self)
                      if f.compare and f.name not in ("batch_size", "seq_len"))
+
+    @property
+    def quantized_base(self) -> bool:
+        """The frozen base is quantized: QLoRA, or a PEFT method given a bitsandbytes --quant (QDoRA)."""
+        return self.method == "qlora" or (self.method in QUANTIZABLE_METHODS and self.quant != "none")
 
     @property
     def world_size(self) -> int:

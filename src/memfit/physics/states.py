@@ -45,7 +45,7 @@ def quant_storage_bytes(n_elements: int, quant: str, rows: int) -> tuple[int, in
 def base_weight_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, int]:
     """(frozen or trained model weights, quantization constants). Tied embeddings are counted once."""
     counts = count_params(spec)
-    if setup.method != "qlora":
+    if not setup.quantized_base:
         return counts.total * stack.weight_bytes, 0
     data = consts = 0
     for lin in layer_linears(spec):

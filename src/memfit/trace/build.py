@@ -58,7 +58,7 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
     if setup.attn == "flash":
         notes.append("flash-attention 2 has no CPU kernel: traced with SDPA, whose CPU flash kernel saves the "
                      "same tensors (q, k, v, out, logsumexp)")
-    weight_dtype = torch.float32 if stack.weight_bytes == 4 and setup.method != "qlora" else \
+    weight_dtype = torch.float32 if stack.weight_bytes == 4 and not setup.quantized_base else \
         _TORCH_DTYPES["fp16" if stack.precision.startswith("fp16") else "bf16"]
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=weight_dtype,
@@ -66,7 +66,7 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
     model.train()
     layers = _decoder_layers(model)
     quantized: list[nn.Linear] = []
-    if setup.method == "qlora":
+    if setup.quantized_base:
         quantized = _fake_4bit_linears(layers)
         if setup.kbit_upcast:
             # prepare_model_for_kbit_training: every non-4-bit parameter goes to fp32 (peft utils/other.py).
