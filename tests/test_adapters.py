@@ -117,6 +117,8 @@ def test_trainable_params_are_peft_s(method):
     ("dora", dict(grad_ckpt=True)), ("loha", dict(precision="bf16")), ("boft", dict(precision="bf16")),
     ("prompt", dict(precision="bf16", batch_size=2)), ("lisa", dict(lisa_layers=1, batch_size=2)),
     ("dora", dict(quant="nf4-dq")), ("ia3", dict(quant="nf4")), ("adalora", dict(quant="int8")),
+    ("dora", dict(lora_dropout=0.05)), ("dora", dict(lora_dropout=0.05, precision="bf16")),
+    ("vera", dict(lora_dropout=0.1, precision="bf16")),
 ])
 def test_estimate_matches_the_trace(method, kw):
     from memfit.trace import trace

@@ -84,7 +84,7 @@ class _Walk:
             if m.kind not in ("lora", "qlora"):
                 lin_out = in_bytes if st.quantized else st.compute_bytes
                 own, shared = adapters.saved_per_token(m.kind, width, m.linear.d_out, m.rank, in_bytes, lin_out, ad,
-                                                       st.autocast, m.feedforward)
+                                                       st.autocast, m.feedforward, p)
                 self.add(own + (0 if shared_counted else shared))
                 shared_counted = shared_counted or shared > 0
                 continue

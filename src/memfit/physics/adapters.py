@@ -196,9 +196,23 @@ def module_buffer_bytes(method: str, d_in: int, rank: int) -> int:
 
 
 def saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: int, out_bytes: int,
-                    adapter_bytes: int, autocast: bool, feedforward: bool) -> tuple[int, int]:
-    """(bytes this module's adapter saves per token, bytes of a copy of the input it shares with the other
-    modules reading the same tensor). `in_bytes`: the input's dtype; `adapter_bytes`: the adapter's;
+                    adapter_bytes: int, autocast: bool, feedforward: bool, dropout: float = 0.0) -> tuple[int, int]:
+    """Per token: (bytes this module's adapter saves, bytes of an input copy shared with the other modules reading
+    the same tensor). With dropout on the adapter's input (dora, adalora, vera, lora-fa), each module keeps
+    CUDA's bool mask, and its dropout output replaces a shared input."""
+    own, shared = _saved_per_token(method, d_in, d_out, rank, in_bytes, out_bytes, adapter_bytes, autocast,
+                                   feedforward)
+    if dropout > 0 and method in ("dora", "adalora", "vera", "lora-fa"):
+        own, shared = own + d_in + shared, 0
+        if method == "dora":
+            # the base output is recomputed from the dropped input, in the adapter's matmul dtype
+            own += d_out * ((2 if autocast else adapter_bytes) - out_bytes)
+    return own, shared
+
+
+def _saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: int, out_bytes: int,
+                     adapter_bytes: int, autocast: bool, feedforward: bool) -> tuple[int, int]:
+    """Without dropout. `in_bytes`: the input's dtype; `adapter_bytes`: the adapter's;
     `out_bytes`: the base Linear's output dtype. Under autocast every matmul runs in
     16 bits on a cast of its fp32 operands, and the cast is what is saved."""
     ad = adapter_bytes
@@ -272,11 +286,16 @@ def _delta_bytes(method: str, adapter_bytes: int, autocast: bool) -> int:
 
 
 def saved_per_module(method: str, d_in: int, d_out: int, rank: int, autocast: bool, adapter_bytes: int,
-                     x_bytes: int) -> tuple[int, int]:
+                     x_bytes: int, dropout: float = 0.0) -> tuple[int, int]:
     """Weight-sized tensors saved for backward once per adapted module (not per token): (always, only where the
     module's input needs a gradient, i.e. not in a first layer fed by the frozen embedding, where F.linear keeps
     no weight). `x_bytes`: the module input's dtype."""
     mm = 2 if autocast else adapter_bytes
+    if method == "dora" and dropout > 0:
+        # With dropout DoRA recomputes the base output from the dropped input: F.linear(x, weight.to(x.dtype))
+        # keeps a copy of the base weight in the adapter's dtype (16-bit under autocast) for x's gradient
+        # (tuners/lora/dora.py:141-163).
+        return 0, d_in * d_out * mm
     if method in ("loha", "lokr", "fourierft"):
         # FourierFT's spectrum positions (2 x n_frequency int64, a plain attribute, not a buffer) are saved by the
         # index_put that scatters the spectrum.

@@ -66,6 +66,7 @@ class Stack:
     extra_trainable: tuple[tuple[int, int], ...] = ()
     extra_frozen_params: int = 0
     quantized: bool = False    # the base linears are bitsandbytes-quantized (QLoRA, QDoRA, ...)
+    lora_dropout: float = 0.0  # the adapters' input dropout (physics/adapters.py)
 
 
 def resolve_precision(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, str | None]:
@@ -189,4 +190,5 @@ def _extras(spec: ModelSpec, setup: TrainingSetup, lora_modules: tuple[LoraModul
     adapters.check_modules(spec, setup, [m.linear for m in lora_modules])
     trainable, frozen = adapters.extra_params(spec, setup.method, setup.lora_rank, setup.num_virtual_tokens,
                                               [m.linear for m in lora_modules])
-    return dict(extra_trainable=trainable, extra_frozen_params=frozen, quantized=setup.quantized_base)
+    return dict(extra_trainable=trainable, extra_frozen_params=frozen, quantized=setup.quantized_base,
+                lora_dropout=setup.lora_dropout)

@@ -82,7 +82,7 @@ def adapter_saved_weight_bytes(spec: ModelSpec, stack: Stack) -> int:
     always = grad_only = 0
     for m in stack.lora_modules:
         a, g = adapters.saved_per_module(m.kind, m.linear.d_in, m.linear.d_out, m.rank, stack.autocast,
-                                         stack.adapter_bytes, stack.residual_bytes)
+                                         stack.adapter_bytes, stack.residual_bytes, stack.lora_dropout)
         always, grad_only = always + a, grad_only + g
     # In the first layer (when it is adapted) the input comes from the frozen embedding and needs no gradient:
     # F.linear keeps the weight only to compute the input's gradient.
