@@ -52,6 +52,8 @@ def peft_cells():
     # On a quantized base (QDoRA and the other PEFT methods with bitsandbytes layers).
     for method, quant in (("dora", "nf4-dq"), ("ia3", "nf4"), ("adalora", "int8"), ("lora-fa", "nf4-dq")):
         yield "smollm2-135m", dict(method=method, batch_size=1, seq_len=256, quant=quant)
+    for method in ("dora", "adalora", "vera", "lora-fa"):
+        yield "smollm2-135m", dict(method=method, batch_size=1, seq_len=256, lora_dropout=0.05)
     # Pure 16-bit weights (no autocast) and GPT-2's Conv1D modules.
     for method in PEFT_METHODS:
         if method not in LINEAR_ONLY_METHODS:     # PEFT cannot put these on GPT-2's Conv1D (refused)
