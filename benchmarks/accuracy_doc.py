@@ -102,6 +102,15 @@ KNOWN_GAPS = """## Known gaps and their causes
   graph and keeps each checkpointed block's input (and Qwen2.5-VL's rotary tables and merger inputs) until
   backward; memfit counts these. For Gemma 3 and SmolVLM the SigLIP post-layernorm and projector inputs are not
   counted yet (about 12 hidden-sizes of bytes per patch in a small config), nor is the tower's own backward.
+- **PEFT methods other than LoRA** (`--method dora`, `ia3`, `prefix`, ...; physics/adapters.py) match the trace
+  like LoRA does. Against the PEFT method comparison (MMQA rows, Llama-3.2-3B on an L40S) they sit where that
+  source's LoRA rows sit, a few percent over: the published figure is the maximum reserved over the whole run,
+  evaluation generation included. The LoRA-FA row measures what LoRA measures (20.7 GiB), while freezing A drops
+  the fp32 input copy lora_A saves: the figure is set by something other than the training step (its
+  training-only p99 is LoRA's too). BOFT is 13% over: the CPU trace of the same PEFT code keeps an fp32 in x in
+  permutation buffer per module and three in x in bf16 matrices for backward, about 2 GiB more than that run's
+  increase over LoRA; not settled without a GPU. OSF, TinyLoRA and LLaMA-Adapter rows are not modelled and are
+  listed below; torch.compile runs are not expressible either.
 - **MoE** activations assume even routing; the trace of data-dependent routing on fake tensors is not exact.
 - CPU-vs-CUDA differences the trace corrects for: optimizer implementation (passed explicitly), dropout masks
   (bool, as CUDA), attention dropout inside flash kernels, SDPA's math path in the input dtype (Falcon-7B), the

@@ -83,7 +83,7 @@ def row_compiled(row: dict) -> bool:
 # measured.csv `variant` of method=other rows -> memfit's method (options.PEFT_METHODS).
 PEFT_VARIANTS = {"dora": "dora", "lora-fa": "lora-fa", "ia3": "ia3", "prompt-tuning": "prompt",
                  "prefix-tuning": "prefix", "loha": "loha", "lokr": "lokr", "vera": "vera", "adalora": "adalora",
-                 "layernorm-tuning": "ln-tuning", "p-tuning": "ptuning"}
+                 "layernorm-tuning": "ln-tuning", "p-tuning": "ptuning", "oft": "oft", "boft": "boft"}
 
 
 class Unexpressible(Exception):
@@ -162,7 +162,11 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
             notes.append(f"{method} on lm_head not modelled (LoRA's is: physics/lora_outer.py)")
             targets = ",".join(t for t in targets.split(",") if t != "head")
         kw["lora_targets"] = parse_targets(targets)
-        if row["lora_rank"]:
+        if row["lora_rank"] and method == "oft":
+            # OFTConfig(r=32, oft_block_size=0): r blocks over the adapted modules' input width (q, v: hidden)
+            # (peft method_comparison/MetaMathQA/experiments/oft/llama-3.2-3B-rank32/adapter_config.json).
+            kw["oft_block_size"] = int(row["hidden_size"]) // int(row["lora_rank"])
+        elif row["lora_rank"]:
             kw["lora_rank"] = int(row["lora_rank"])
         if method in ("lora", "qlora"):
             kw["lora_dropout"] = 0.05 if recipe == "litgpt" else 0.0

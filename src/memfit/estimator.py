@@ -200,13 +200,13 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     fused_head = stack.loss_kind == "trl-fused-head"
     matmul = spec.num_layers * counts.layer_linear_weights + (0 if fused_head else spec.vocab_size * spec.hidden_size)
     weights_cast = stack.autocast and stack.weight_dtype != stack.autocast_dtype
-    mixed_casts = 2 * matmul if (weights_cast and setup.method != "qlora") else 0
+    mixed_casts = 2 * matmul if (weights_cast and not setup.quantized_base) else 0
     if mixed_casts and not stack.base_trainable:
         # With a frozen base, the first layer's input needs no grad, so the linears reading it (q, k, v) keep no
         # weight cast for backward: F.linear saves W only to compute the input's gradient.
         first = [lin for lin in layer_linears(spec) if set(lin.parts) & {"q", "k", "v"}]
         mixed_casts -= 2 * sum(lin.weight_params for lin in first)
-    if setup.method == "qlora" and stack.autocast and stack.kbit_upcast:
+    if setup.quantized_base and stack.autocast and stack.kbit_upcast:
         mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
     fp32_adapters_cast = stack.autocast and stack.adapter_bytes == 4
     # LoRA on lm_head / the embedding sits outside the checkpointed layers: its casts are saved either way.
@@ -370,7 +370,7 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
 
 
 def _weights_note(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> str:
-    if setup.method == "qlora":
+    if setup.quantized_base:
         return (f"{setup.quant} base linears ({'4' if setup.quant != 'int8' else '8'}-bit) + embeddings, norms "
                 f"and lm_head in {stack.weight_bytes * 8}-bit")
     what = "trained" if stack.base_trainable else "frozen"
@@ -390,7 +390,7 @@ def _assumptions(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -
     out += moe.assumptions(spec, setup) + [a for a in (fp8.assumption(setup),) if a]
     if setup.method in PEFT_METHODS or setup.method == "lisa":
         out.append(adapter_assumption(setup, stack))
-    if setup.method == "qlora":
+    if setup.quantized_base:
         out.append((quantized_base.assumption(setup) or "bitsandbytes >= 0.43.2: 4-bit linears save no input "
                                                          "activation")
                    + ("; prepare_model_for_kbit_training upcasts norms, embeddings and lm_head to fp32"

@@ -32,6 +32,9 @@ LINEAR_ADAPTER_METHODS = ("lora", "qlora", "dora", "adalora", "ia3", "loha", "lo
 # Those with a rank (OFT/BOFT have a block size, FourierFT a number of frequencies, IA3 neither).
 RANKED_METHODS = ("lora", "qlora", "dora", "adalora", "loha", "lokr", "vera", "lora-fa")
 VIRTUAL_TOKEN_METHODS = ("prefix", "prompt", "ptuning")
+# PEFT methods with bitsandbytes layers (peft 0.21.2 tuners/lora/bnb.py, which carries DoRA and LoRA-FA,
+# tuners/ia3/bnb.py, tuners/adalora/bnb.py): `--quant` puts them on a quantized base (QDoRA: dora + nf4-dq).
+QUANTIZABLE_METHODS = ("dora", "lora-fa", "adalora", "ia3")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed", "fp8")
 OPTIMIZERS = {
     "adamw": "torch AdamW, foreach implementation (the CUDA default when no flag is given)",
@@ -70,7 +73,7 @@ BNB_QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
 MLX_QUANTS = ("mlx-4bit", "mlx-8bit")
 # Pre-quantized int4 checkpoints (GPTQ, AWQ), group 128: physics/quantized_base.py
 PREQUANT_QUANTS = ("gptq-int4", "awq-int4")
-QUANTS = BNB_QUANTS + MLX_QUANTS + PREQUANT_QUANTS
+QUANTS = BNB_QUANTS + MLX_QUANTS + PREQUANT_QUANTS + ("none",)
 SHARDS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-shard-grad-op", "hsdp")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 ALL_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -217,13 +220,13 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            trl="lora_dropout", mlx="lora_parameters.dropout")),
     Option("train_layers", "int", "train only the last N layers (mlx-lm --num-layers): the adapters' layers, or "
            "the unfrozen ones in full fine-tuning", minimum=1, maximum=10_000, tool_keys=_keys(mlx="num_layers")),
-    Option("quant", "choice", "the frozen quantized base LoRA trains on (method qlora): bitsandbytes (nf4, nf4-dq, "
-           "fp4, int8 = LLM.int8), a GPTQ or AWQ int4 checkpoint (gptq-int4, awq-int4) or MLX affine, group 64 "
-           "(mlx-4bit, mlx-8bit)", default="nf4-dq", choices=QUANTS,
-           methods=("qlora",),
+    Option("quant", "choice", "the quantized frozen base of QLoRA (or of dora, lora-fa, adalora, ia3; none: "
+           "16-bit): bitsandbytes (nf4, nf4-dq, fp4, int8 = LLM.int8), a GPTQ or AWQ int4 checkpoint (gptq-int4, "
+           "awq-int4; qlora) or MLX affine, group 64 (mlx-4bit, mlx-8bit)", default="nf4-dq",
+           choices=QUANTS, methods=("qlora",) + QUANTIZABLE_METHODS,
            tool_keys=_keys(axolotl="load_in_4bit", llamafactory="quantization_bit", trl="load_in_4bit")),
     Option("kbit_upcast", "bool", "peft prepare_model_for_kbit_training's fp32 upcast of norms, embeddings and "
-           "lm_head (TRL < 0.22 called it)", default=False, methods=("qlora",)),
+           "lm_head (TRL < 0.22 called it)", default=False, methods=("qlora",) + QUANTIZABLE_METHODS),
     Option("num_virtual_tokens", "int", "virtual tokens prefix, prompt and p-tuning prepend (peft "
            "PromptLearningConfig.num_virtual_tokens)", default=20, unit="tokens", minimum=1, maximum=1 << 16,
            methods=VIRTUAL_TOKEN_METHODS),

@@ -20,7 +20,7 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       normalize)
 from .options import parse_targets as _parse_targets
 from .physics.optimizers import IN_BACKWARD, optimizer_problems
-from .options import PEFT_METHODS
+from .options import PEFT_METHODS, PREQUANT_QUANTS, QUANTIZABLE_METHODS
 from .physics.adapters import DEFAULT_BLOCK_SIZE, DEFAULT_TARGETS
 from .recipes import CHUNKED_LOSSES, RECIPES
 from .physics import trainers as _trainers
@@ -123,6 +123,8 @@ class TrainingSetup:
         # Defaults that follow from other fields.
         if "lora_targets" not in given and method in DEFAULT_TARGETS:
             values["lora_targets"] = DEFAULT_TARGETS[method]     # PEFT's own default for the method
+        if "quant" not in given and method in PEFT_METHODS:
+            values["quant"] = "none"        # a PEFT method's base stays 16-bit unless --quant says otherwise
         if "oft_block_size" not in given:
             values["oft_block_size"] = DEFAULT_BLOCK_SIZE.get(method)
         if "autocast" not in given:
@@ -185,7 +187,15 @@ class TrainingSetup:
             p.append(Problem("precision", "{precision} fp8 (torchao float8 training) is modelled for {method} full "
                                           "on CUDA recipes: float8 linears save their high-precision input even "
                                           "when frozen, and MLX has no float8 training"))
-        if self.method == "qlora" and self.precision == "fp32":
+        if self.method == "qlora" and self.quant == "none":
+            p.append(Problem("quant", "QLoRA is LoRA on a quantized base: {quant} none contradicts it (use lora)"))
+        if self.method in QUANTIZABLE_METHODS and self.quant in MLX_QUANTS + PREQUANT_QUANTS:
+            p.append(Problem("quant", f"{{quant}} {self.quant} is "
+                                      + ("an MLX conversion, for {method} qlora under {recipe} mlx"
+                                         if self.quant in MLX_QUANTS else "a GPTQ/AWQ checkpoint, modelled for "
+                                                                          "{method} qlora")
+                                      + "; PEFT methods take a bitsandbytes base (nf4, nf4-dq, fp4, int8)"))
+        if self.quantized_base and self.precision == "fp32":
             p.append(Problem("precision", "QLoRA computes in 16-bit; {precision} fp32 contradicts it (use bf16 or "
                                           "fp16)"))
         if "autocast" in self.explicit and self.precision != "auto" and \
@@ -197,6 +207,11 @@ class TrainingSetup:
             p.append(Problem("chunked_ce", f"{{chunked_ce}} contradicts {{loss}} {self.loss} (a "
                                            f"{'chunked' if self.loss in CHUNKED_LOSSES else 'full-logits'} loss); "
                                            "give one of them"))
+        if self.method == "prefix" and self.grad_ckpt:
+            # The prefix's key/value cache is extended again when a checkpointed layer is recomputed, and PEFT
+            # raises (huggingface/peft#869, PR #2191).
+            p.append(Problem("grad_ckpt", "prefix tuning cannot run with {grad_ckpt} (PEFT refuses it: the prefix "
+                                          "cache grows again when a layer is recomputed); turn checkpointing off"))
         if self.ckpt_reentrant and not self.grad_ckpt:
             p.append(Problem("ckpt_reentrant", "{ckpt_reentrant} checkpointing needs {grad_ckpt}"))
         if self.ckpt_offload and not self.grad_ckpt:
@@ -260,6 +275,11 @@ class TrainingSetup:
         """Every field except batch size and length: what the token-independent parts of an estimate depend on."""
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self)
                      if f.compare and f.name not in ("batch_size", "seq_len"))
+
+    @property
+    def quantized_base(self) -> bool:
+        """The frozen base is quantized: QLoRA, or a PEFT method given a bitsandbytes --quant (QDoRA)."""
+        return self.method == "qlora" or (self.method in QUANTIZABLE_METHODS and self.quant != "none")
 
     @property
     def world_size(self) -> int:

@@ -88,9 +88,9 @@ class _Walk:
             p = 0.0                                   # compiled dropout: mask and output recomputed (compile.py)
         for m in modules:
             if m.kind not in ("lora", "qlora"):
-                lin_out = in_bytes if st.method == "qlora" else st.compute_bytes
+                lin_out = in_bytes if st.quantized else st.compute_bytes
                 own, shared = adapters.saved_per_token(m.kind, width, m.linear.d_out, m.rank, in_bytes, lin_out, ad,
-                                                       st.autocast, m.feedforward)
+                                                       st.autocast, m.feedforward, p)
                 self.add(own + (0 if shared_counted else shared))
                 shared_counted = shared_counted or shared > 0
                 continue
@@ -113,7 +113,7 @@ class _Walk:
         h, qd, kvd = spec.hidden_size, spec.q_dim, spec.kv_dim
         res, train = st.residual_bytes, st.base_trainable
         # bitsandbytes Linear4bit returns its input's dtype (output.to(inp_dtype)); other linears the compute dtype.
-        lin_out = res if st.method == "qlora" else st.compute_bytes
+        lin_out = res if st.quantized else st.compute_bytes
         cmp = 2 if st.autocast else lin_out          # dtype attention runs in (autocast casts q/k/v)
         a = spec.num_heads
         attn = st.attn
@@ -140,7 +140,7 @@ class _Walk:
             self.add(cmp * (qd + 2 * k_saved))         # q, k, v as the attention kernel saves them
             # (qkv_out: what the fused qkv linear returns; Linear4bit keeps its input's dtype, so an fp32 LayerNorm
             # output under autocast gives fp32 q/k/v that SDPA then casts: no view of the fused output is saved.)
-            qkv_out = x if st.method == "qlora" else lin_out
+            qkv_out = x if st.quantized else lin_out
             if spec.fused_qkv and spec.position_embeddings == 0 and not repeat_kv and qkv_out == cmp:
                 # Rotary makes q and k new tensors, but v stays a view of the fused qkv output, and a saved view
                 # keeps its whole storage alive (GPT-NeoX query_key_value, Phi-3 qkv_proj).
@@ -174,9 +174,9 @@ class _Walk:
             self.add(h)                                # bool dropout mask on CUDA
 
         if _post_norm(spec):
-            self.norm(h, lin_out, self.norms_train)               # OLMo 2: norm on the attention output
+            self.norm(h, lin_out, self.norms_train)   # OLMo 2: norm on the attention output
         if spec.norms_per_layer == 4:
-            self.norm(h, lin_out, self.norms_train)               # Gemma 2/3 post_attention_layernorm
+            self.norm(h, lin_out, self.norms_train)   # Gemma 2/3 post_attention_layernorm
         if not mlp_shares_input:
             # GPT-NeoX's parallel residual: both norms read the same layer input.
             y = self.norm(h, res, self.norms_train, input_shared=spec.parallel_attn_mlp) if not _post_norm(spec) else res
@@ -186,7 +186,7 @@ class _Walk:
             y = x
         # Linear4bit returns its input's dtype: the MLP runs in the norm output's dtype (fp32 after a LayerNorm
         # under autocast); other linears return the compute dtype.
-        self.mlp(y if st.method == "qlora" else lin_out, train)
+        self.mlp(y if st.quantized else lin_out, train)
         if _post_norm(spec) or spec.norms_per_layer == 4:
             self.norm(h, lin_out, self.norms_train)               # post_feedforward_layernorm
         if spec.resid_dropout > 0 and not st.compiled:

@@ -32,11 +32,20 @@ def module_size(setup) -> int:
     return setup.lora_rank
 
 
-def check_modules(setup, linears) -> None:
+# transformers builds these families' projections as GPT-2 Conv1D, which LoHa, LoKr, OFT and BOFT do not adapt
+# (peft 0.21.2 raises "Target module ... Conv1D ... not supported" in their _create_new_module).
+CONV1D_MODEL_TYPES = ("gpt2",)
+LINEAR_ONLY_METHODS = ("loha", "lokr", "oft", "boft")
+
+
+def check_modules(spec, setup, linears) -> None:
     """What PEFT refuses for these modules, refused the same way here (InvalidSetupError)."""
     from ..errors import InvalidSetupError, Problem
 
     problems = []
+    if setup.method in LINEAR_ONLY_METHODS and spec.model_type in CONV1D_MODEL_TYPES and linears:
+        problems.append(Problem("method", f"{{method}} {setup.method}: PEFT cannot adapt {spec.model_type}'s Conv1D "
+                                          "projections with this method (it supports nn.Linear and Conv2d)"))
     if setup.method in ("oft", "boft"):
         bad = sorted({lin.d_in for lin in linears if lin.d_in % setup.oft_block_size})
         if bad:
@@ -62,7 +71,7 @@ METHODS = {m.name: m for m in (
     Method("lora", "A (r x in) and B (out x r) per module; saves the adapter's input copy and the r-wide "
            "intermediate", "tuners/lora/layer.py Linear.forward"),
     Method("dora", "LoRA plus a magnitude vector (out); saves LoRA's tensors plus the base output and the LoRA "
-           "output (2 x out per token: (m/||W||-1)*base + m/||W||*lora)",
+           "output (2 x out per token: (m / norm(W) - 1) * base + m / norm(W) * lora)",
            "tuners/lora/dora.py DoraLinearLayer.forward:132-166"),
     Method("lora-fa", "LoRA with A frozen: no gradient or optimizer state for A, and lora_A saves no input "
            "(only B's r-wide input)", "optimizers/lorafa.py create_lorafa_optimizer (A.requires_grad=False)"),
@@ -77,8 +86,8 @@ METHODS = {m.name: m for m in (
     Method("vera", "shared frozen A (r x max in) and B (max out x r), per module lambda_d (r) and lambda_b (out); "
            "saves the r-wide and out-wide products and 16-bit casts of the sliced projections",
            "tuners/vera/layer.py Linear.forward:253-289"),
-    Method("oft", "block-diagonal rotation of each module's input: in x (block - 1) / 2 parameters; saves a block-major "
-           "copy of the input per module and seven (in/block) x block x block Cayley-Neumann tensors",
+    Method("oft", "block-diagonal rotation of each module's input: in x (block - 1) / 2 parameters; saves a "
+           "block-major copy of the input per module and seven (in/block) x block x block Cayley-Neumann tensors",
            "tuners/oft/layer.py OFTRotationModule.forward:243-283, _cayley_batch:118-157"),
     Method("boft", "butterfly rotation: an fp32 in x in permutation buffer per module, boft_R and a scale (out); saves "
            "in x in rotation matrices, the module input and its output",
@@ -99,6 +108,14 @@ METHODS = {m.name: m for m in (
            "keys and values are s + virtual tokens long and take a mask", "tuners/prefix_tuning/model.py, "
            "peft_model.py get_prompt"),
 )}
+
+
+def method_table() -> str:
+    """The README's table of methods (tools/readme_flags.py writes it; a test checks it)."""
+    rows = ["| `--method` | what it keeps in memory beyond the frozen base | forward read from "
+            "(peft 0.21.2 src/peft/) |", "|---|---|---|"]
+    rows += [f"| {m.name} | {m.keeps} | {m.source} |" for m in METHODS.values()]
+    return "\n".join(rows)
 
 
 def lokr_factors(d_in: int, d_out: int, rank: int) -> tuple[int, ...]:
@@ -136,7 +153,9 @@ def module_tensors(method: str, d_in: int, d_out: int, rank: int, feedforward: b
     if method == "lora-fa":
         return (rank * d_out,)
     if method == "adalora":
-        return (rank * d_in, rank, rank * d_out)                  # lora_A, lora_E, lora_B
+        # lora_A, lora_E, lora_B, and ranknum, which get_peft_model leaves requiring grad (the division by it in
+        # the forward gives it a gradient)
+        return (rank * d_in, rank, rank * d_out, 1)
     if method == "ia3":
         return (d_in if feedforward else d_out,)
     if method == "loha":
@@ -159,11 +178,9 @@ def module_tensors(method: str, d_in: int, d_out: int, rank: int, feedforward: b
 
 
 def module_frozen_params(method: str, d_in: int, d_out: int, rank: int) -> int:
-    """Frozen adapter elements per module: LoRA-FA's A, AdaLoRA's ranknum."""
+    """Frozen adapter elements per module: LoRA-FA's A."""
     if method == "lora-fa":
         return rank * d_in
-    if method == "adalora":
-        return 1
     return 0
 
 
@@ -179,9 +196,23 @@ def module_buffer_bytes(method: str, d_in: int, rank: int) -> int:
 
 
 def saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: int, out_bytes: int,
-                    adapter_bytes: int, autocast: bool, feedforward: bool) -> tuple[int, int]:
-    """(bytes this module's adapter saves per token, bytes of a copy of the input it shares with the other
-    modules reading the same tensor). `in_bytes`: the input's dtype; `adapter_bytes`: the adapter's;
+                    adapter_bytes: int, autocast: bool, feedforward: bool, dropout: float = 0.0) -> tuple[int, int]:
+    """Per token: (bytes this module's adapter saves, bytes of an input copy shared with the other modules reading
+    the same tensor). With dropout on the adapter's input (dora, adalora, vera, lora-fa), each module keeps
+    CUDA's bool mask, and its dropout output replaces a shared input."""
+    own, shared = _saved_per_token(method, d_in, d_out, rank, in_bytes, out_bytes, adapter_bytes, autocast,
+                                   feedforward)
+    if dropout > 0 and method in ("dora", "adalora", "vera", "lora-fa"):
+        own, shared = own + d_in + shared, 0
+        if method == "dora":
+            # the base output is recomputed from the dropped input, in the adapter's matmul dtype
+            own += d_out * ((2 if autocast else adapter_bytes) - out_bytes)
+    return own, shared
+
+
+def _saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: int, out_bytes: int,
+                     adapter_bytes: int, autocast: bool, feedforward: bool) -> tuple[int, int]:
+    """Without dropout. `in_bytes`: the input's dtype; `adapter_bytes`: the adapter's;
     `out_bytes`: the base Linear's output dtype. Under autocast every matmul runs in
     16 bits on a cast of its fp32 operands, and the cast is what is saved."""
     ad = adapter_bytes
@@ -255,11 +286,16 @@ def _delta_bytes(method: str, adapter_bytes: int, autocast: bool) -> int:
 
 
 def saved_per_module(method: str, d_in: int, d_out: int, rank: int, autocast: bool, adapter_bytes: int,
-                     x_bytes: int) -> tuple[int, int]:
+                     x_bytes: int, dropout: float = 0.0) -> tuple[int, int]:
     """Weight-sized tensors saved for backward once per adapted module (not per token): (always, only where the
     module's input needs a gradient, i.e. not in a first layer fed by the frozen embedding, where F.linear keeps
     no weight). `x_bytes`: the module input's dtype."""
     mm = 2 if autocast else adapter_bytes
+    if method == "dora" and dropout > 0:
+        # With dropout DoRA recomputes the base output from the dropped input: F.linear(x, weight.to(x.dtype))
+        # keeps a copy of the base weight in the adapter's dtype (16-bit under autocast) for x's gradient
+        # (tuners/lora/dora.py:141-163).
+        return 0, d_in * d_out * mm
     if method in ("loha", "lokr", "fourierft"):
         # FourierFT's spectrum positions (2 x n_frequency int64, a plain attribute, not a buffer) are saved by the
         # index_put that scatters the spectrum.
@@ -337,7 +373,12 @@ def prefix_extra_per_token(spec, virtual: int, seq_len: int, attn_bytes: int) ->
     every key and value s + p long (DynamicCache.update concatenates them, repeat_kv expands them to the query
     heads because a mask is present, and SDPA saves them), and the [b, 1, s, s + p] mask has p more columns
     (transformers masking_utils builds it because the key length differs from the query length)."""
-    return virtual * attn_bytes + round(2 * virtual * spec.q_dim * attn_bytes / seq_len)
+    extra = virtual * attn_bytes + round(2 * virtual * spec.q_dim * attn_bytes / seq_len)
+    if spec.fused_qkv and spec.position_embeddings:
+        # Without rotary (GPT-2) the saved query is still a view of the fused qkv output, which keeps the key and
+        # value parts of that storage alive although SDPA saves the concatenated copies.
+        extra += 2 * spec.kv_dim * attn_bytes
+    return extra
 
 
 def lisa_layer_coefficients(spec, setup, stack, walk_layer) -> tuple[int, int]:

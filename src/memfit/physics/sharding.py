@@ -63,7 +63,7 @@ def largest_module_stored_bytes(spec: ModelSpec, setup: TrainingSetup, stack: St
     sizes = []
     experts = 0
     for lin in linears:
-        if setup.method == "qlora" and lin.parts != ("router",):
+        if setup.quantized_base and lin.parts != ("router",):
             data, _ = states.quant_storage_bytes(lin.d_in * lin.d_out, setup.quant, lin.d_out)
             size = data * lin.copies + (lin.d_out * lin.copies * h if lin.bias else 0)
         else:
@@ -230,7 +230,7 @@ def _fsdp(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
     root = counts.embedding + counts.final_norm + counts.lm_head
     layer = counts.per_layer
     root_bytes = root * compute
-    if setup.method == "qlora":
+    if setup.quantized_base:
         # Gathered as stored: the layer's packed 4-bit data, its constants, its 16-bit norms and adapters.
         layer_bytes = (parts["weights"] + parts["quant"] + parts["adapter"] - root * stack.weight_bytes) \
             // spec.num_layers

@@ -70,13 +70,15 @@ class Stack:
     # and frozen elements.
     extra_trainable: tuple[tuple[int, int], ...] = ()
     extra_frozen_params: int = 0
+    quantized: bool = False    # the base linears are bitsandbytes-quantized (QLoRA, QDoRA, ...)
+    lora_dropout: float = 0.0  # the adapters' input dropout (physics/adapters.py)
 
 
 def resolve_precision(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, str | None]:
     """'auto' -> the checkpoint's dtype, as transformers v5 loads it (dtype='auto'). Returns (precision, note)."""
     if setup.precision != "auto":
         return setup.precision, None
-    if setup.method == "qlora":
+    if setup.quantized_base:
         # QLoRA setups load the non-quantized weights in the 4-bit compute dtype (bnb_4bit_compute_dtype=bf16).
         return "bf16", "precision auto: QLoRA keeps the non-quantized weights in its compute dtype (bf16)"
     ckpt = spec.checkpoint_dtype
@@ -105,7 +107,7 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     notes = [note] if note else []
     mixed = precision.endswith("-mixed")
     weight_bytes = 4 if (mixed or precision == "fp32") else 2
-    if setup.method == "qlora":
+    if setup.quantized_base:
         # QLoRA's non-quantized params stay in the 16-bit load dtype unless prepare_model_for_kbit_training
         # upcasts them to fp32 (peft src/peft/utils/other.py; TRL < 0.22 called it).
         weight_bytes = 4 if setup.kbit_upcast else 2
@@ -113,7 +115,7 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     # An explicit bf16/fp16 means pure 16-bit training. "auto" means what the recipe does with the checkpoint:
     # HF Trainer's bf16=True wraps the forward in autocast even when the weights are already bf16.
     autocast = mixed or (setup.precision == "auto" and setup.autocast and precision in ("bf16", "fp16"))
-    if setup.method == "qlora":
+    if setup.quantized_base:
         autocast = setup.autocast
     zero_dtype = deepspeed_param_dtype(setup)
     if zero_dtype:
@@ -137,7 +139,7 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     # HF Trainer bf16=True on an fp16 checkpoint (Llama 2, Phi-2, Pythia load in fp16 with dtype="auto"): autocast
     # casts every fp16 weight and hidden state to bf16, and the weight casts are saved for backward.
     residual_cast = autocast and weight_dtype == "fp16" and autocast_dtype == "bf16"
-    if setup.method == "qlora" and autocast and spec.norm_kind == "layernorm" and not recipe.fused_norm:
+    if setup.quantized_base and autocast and spec.norm_kind == "layernorm" and not recipe.fused_norm:
         # A LayerNorm under autocast returns fp32, Linear4bit keeps its input's dtype, so the MLP output and the
         # residual stream after the first layer are fp32.
         residual_bytes = 4
@@ -148,14 +150,14 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
         notes.append("fp16 weights under bf16 autocast (Trainer bf16=True): every matmul casts its weight and "
                      "input to bf16, the weight copies stay alive until backward, and the residual stream "
                      "becomes fp32 (bf16 + fp16 promotes)")
-    adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.method == "qlora" else weight_bytes)
+    adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.quantized_base else weight_bytes)
     if adapters.own_dtype(setup.method):
         adapter_bytes = weight_bytes
     if zero_dtype:
         adapter_bytes = 2       # PEFT's fp32 adapters are cast with the rest of the module
     # `--loss chunked` is the stack's own chunked loss: LitGPT keeps its logit chunks, torchtune upcasts each.
     loss_kind = recipe.chunked_kind if setup.loss == "chunked" else setup.loss
-    logits_bytes = compute_bytes if not (setup.method == "qlora" and setup.kbit_upcast and not autocast
+    logits_bytes = compute_bytes if not (setup.quantized_base and setup.kbit_upcast and not autocast
                                                  and not zero_dtype) else 4
     lora_modules: tuple[LoraModule, ...] = ()
     if setup.method in LINEAR_ADAPTER_METHODS:
@@ -194,7 +196,8 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
 
 
 def _extras(spec: ModelSpec, setup: TrainingSetup, lora_modules: tuple[LoraModule, ...]) -> dict:
-    adapters.check_modules(setup, [m.linear for m in lora_modules])
+    adapters.check_modules(spec, setup, [m.linear for m in lora_modules])
     trainable, frozen = adapters.extra_params(spec, setup.method, setup.lora_rank, setup.num_virtual_tokens,
                                               [m.linear for m in lora_modules])
-    return dict(extra_trainable=trainable, extra_frozen_params=frozen)
+    return dict(extra_trainable=trainable, extra_frozen_params=frozen, quantized=setup.quantized_base,
+                lora_dropout=setup.lora_dropout)

@@ -48,7 +48,7 @@ def quant_storage_bytes(n_elements: int, quant: str, rows: int) -> tuple[int, in
 def base_weight_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, int]:
     """(frozen or trained model weights, quantization constants). Tied embeddings are counted once."""
     counts = count_params(spec)
-    if setup.method != "qlora":
+    if not setup.quantized_base:
         return counts.total * stack.weight_bytes, 0
     data = consts = quantized = 0
     for lin in layer_linears(spec):
@@ -87,7 +87,7 @@ def adapter_saved_weight_bytes(spec: ModelSpec, stack: Stack) -> int:
     always = grad_only = 0
     for m in stack.lora_modules:
         a, g = adapters.saved_per_module(m.kind, m.linear.d_in, m.linear.d_out, m.rank, stack.autocast,
-                                         stack.adapter_bytes, stack.residual_bytes)
+                                         stack.adapter_bytes, stack.residual_bytes, stack.lora_dropout)
         always, grad_only = always + a, grad_only + g
     # In the first layer (when it is adapted) the input comes from the frozen embedding and needs no gradient:
     # F.linear keeps the weight only to compute the input's gradient.

@@ -31,7 +31,7 @@ def setup_line(est: Estimate) -> str:
         parts.append(mark("lora_rank", f"{label}{s.lora_rank} {','.join(s.lora_targets)}"))
     elif s.method in LINEAR_ADAPTER_METHODS:
         parts.append(mark("lora_targets", ",".join(s.lora_targets)))
-    if s.method == "qlora":
+    if s.quantized_base:
         parts.append(mark("quant", s.quant))
     if s.grad_accum > 1:
         parts.append(mark("grad_accum", f"grad-accum {s.grad_accum}"))

@@ -61,7 +61,7 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
     if setup.precision == "fp8":
         notes.append("fp8: traced as pure bf16 (torchao's Float8Linear is not applied); the analytic estimate adds "
                      "its float8 copies (physics/fp8.py)")
-    weight_dtype = torch.float32 if stack.weight_bytes == 4 and setup.method != "qlora" else \
+    weight_dtype = torch.float32 if stack.weight_bytes == 4 and not setup.quantized_base else \
         _TORCH_DTYPES["fp16" if stack.precision.startswith("fp16") else "bf16"]
     from . import vision as vlm
 
@@ -73,7 +73,7 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
     if spec.vision:
         vlm.freeze_tower(model, setup)
     quantized: list[nn.Linear] = []
-    if setup.method == "qlora":
+    if setup.quantized_base:
         quantized = _fake_4bit_linears(layers)
         if setup.kbit_upcast:
             # prepare_model_for_kbit_training: every non-4-bit parameter goes to fp32 (peft utils/other.py).

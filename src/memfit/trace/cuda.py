@@ -35,7 +35,7 @@ def trace_cuda(spec: ModelSpec, setup: TrainingSetup, steps: int = 2) -> Estimat
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.02)
-    if setup.method == "qlora":
+    if setup.quantized_base:
         _quantize_4bit(model, built, setup)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = _cuda_optimizer(trainable, setup)

@@ -1,0 +1,132 @@
+"""PEFT methods besides LoRA, and LISA (physics/adapters.py): PEFT itself is the oracle.
+
+- the trainable parameters the estimate counts are the ones peft 0.21.2 builds (numel of requires_grad tensors);
+- the estimate's peak and activations match the trace (real PEFT forward/backward on fake tensors);
+- what PEFT refuses is refused with a clear message.
+"""
+
+import warnings
+
+import pytest
+
+from memfit import TrainingSetup, estimate
+from memfit.errors import InvalidSetupError
+from memfit.options import PEFT_METHODS
+from memfit.physics import adapters
+from memfit.spec import ModelSpec
+
+LLAMA = dict(model_type="llama", hidden_size=256, intermediate_size=688, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=2048, tie_word_embeddings=False, torch_dtype="bfloat16")
+METHODS = PEFT_METHODS + ("lisa",)
+
+
+def _spec(**overrides):
+    return ModelSpec.from_hf_config(dict(LLAMA, **overrides), name="tiny-llama", source="test")
+
+
+def test_every_method_is_described_and_estimated():
+    spec = _spec()
+    lora = estimate(spec, TrainingSetup(method="lora", seq_len=256))
+    for method in METHODS:
+        assert method in adapters.METHODS, method        # one record (README table, assumption line) each
+        est = estimate(spec, TrainingSetup(method=method, seq_len=256))
+        assert est.trainable_params > 0
+        assert any(method in line for line in est.assumptions)
+        assert est.peak_allocated_bytes != lora.peak_allocated_bytes, method
+
+
+def test_readme_method_table_is_the_records():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert adapters.method_table() in readme, "run python tools/readme_flags.py"
+
+
+def test_lora_equivalents_cost_what_lora_costs():
+    spec = _spec()
+    lora = estimate(spec, TrainingSetup(method="lora", seq_len=256))
+    for alias in ("rslora", "pissa", "olora", "lora-plus"):
+        setup = TrainingSetup(method=alias, seq_len=256)
+        assert setup.method == "lora"
+        assert estimate(spec, setup).peak_allocated_bytes == lora.peak_allocated_bytes
+
+
+def test_lokr_factorization_is_peft_s():
+    from peft.tuners.lokr.layer import factorization
+
+    for n in (576, 896, 1024, 2048, 3072, 4096, 5504, 11008, 127, 14336):
+        assert adapters.factorization(n) == factorization(n, -1)
+
+
+def test_what_peft_refuses_is_refused():
+    spec = _spec()
+    cases = [dict(method="prefix", grad_ckpt=True), dict(method="ia3", lora_rank=4),
+             dict(method="oft", oft_block_size=7), dict(method="dora", recipe="mlx"),
+             dict(method="fourierft", n_frequency=10**9), dict(method="lora", lisa_layers=2)]
+    for kw in cases:
+        with pytest.raises(InvalidSetupError):
+            estimate(spec, TrainingSetup(seq_len=256, **kw))
+    gpt2 = ModelSpec.from_hf_config(dict(model_type="gpt2", n_embd=128, n_layer=2, n_head=4, vocab_size=1024),
+                                    name="tiny-gpt2", source="test")
+    with pytest.raises(InvalidSetupError, match="Conv1D"):
+        estimate(gpt2, TrainingSetup(method="loha", seq_len=256))
+
+
+def test_qdora_is_dora_on_qlora_s_base():
+    # --method dora --quant nf4-dq: the base is stored as QLoRA stores it; the 16-bit base is the default.
+    spec = _spec()
+    qlora = estimate(spec, TrainingSetup(method="qlora", seq_len=256, grad_ckpt=False))
+    qdora = estimate(spec, TrainingSetup(method="dora", quant="nf4-dq", seq_len=256))
+    dora = estimate(spec, TrainingSetup(method="dora", seq_len=256))
+    assert qdora.component("weights") == qlora.component("weights") < dora.component("weights")
+    assert qdora.component("quantization constants") == qlora.component("quantization constants") > 0
+    assert dora.component("quantization constants") == 0
+    with pytest.raises(InvalidSetupError):
+        TrainingSetup(method="loha", quant="nf4")           # PEFT has no bitsandbytes LoHa layer
+
+
+def test_dora_saves_the_base_and_lora_outputs_more_than_lora():
+    # peft tuners/lora/dora.py:165: (m/||W|| - 1) * base_result + m/||W|| * lora_result * scaling keeps both
+    # out-wide operands: 2 x (q out + v out) x 2 bytes per token per layer under bf16 autocast.
+    spec = _spec()
+    kw = dict(seq_len=512, batch_size=2)
+    lora = estimate(spec, TrainingSetup(method="lora", **kw)).component("activations")
+    dora = estimate(spec, TrainingSetup(method="dora", **kw)).component("activations")
+    assert dora - lora == 3 * 1024 * 2 * (256 + 128) * 2
+
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_trainable_params_are_peft_s(method):
+    from memfit.physics.stack import resolve_stack
+    from memfit.trace.build import build
+
+    spec = _spec()
+    setup = TrainingSetup(method=method, seq_len=256)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build(spec, setup, resolve_stack(spec, setup)).model
+    peft_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert estimate(spec, setup).trainable_params == peft_count
+
+
+@pytest.mark.parametrize("method,kw", [(m, {}) for m in METHODS] + [
+    ("dora", dict(grad_ckpt=True)), ("loha", dict(precision="bf16")), ("boft", dict(precision="bf16")),
+    ("prompt", dict(precision="bf16", batch_size=2)), ("lisa", dict(lisa_layers=1, batch_size=2)),
+    ("dora", dict(quant="nf4-dq")), ("ia3", dict(quant="nf4")), ("adalora", dict(quant="int8")),
+    ("dora", dict(lora_dropout=0.05)), ("dora", dict(lora_dropout=0.05, precision="bf16")),
+    ("vera", dict(lora_dropout=0.1, precision="bf16")),
+])
+def test_estimate_matches_the_trace(method, kw):
+    from memfit.trace import trace
+
+    spec = _spec()
+    setup = TrainingSetup(method=method, seq_len=256, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        measured = trace(spec, setup)
+    est = estimate(spec, setup)
+    assert est.peak_allocated_bytes == pytest.approx(measured.peak_allocated_bytes, rel=0.01)
