@@ -16,6 +16,9 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .errors import InvalidSetupError, Problem, UsageError
+from .physics.mlx_eras import ERAS as _MLX_ERAS
+
+MLX_RELEASES = tuple(_MLX_ERAS)
 
 METHODS = ("full", "lora", "qlora")
 ADAPTER_METHODS = ("lora", "qlora")
@@ -152,6 +155,9 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            trl="lora_dropout", mlx="lora_parameters.dropout")),
     Option("train_layers", "int", "train only the last N layers (mlx-lm --num-layers): the adapters' layers, or "
            "the unfrozen ones in full fine-tuning", minimum=1, maximum=10_000, tool_keys=_keys(mlx="num_layers")),
+    Option("mlx_release", "choice", "the mlx-lm / MLX release whose step to model (mlx recipe): current, or an "
+           "older one (eager step, float32 logits, mlx 0.24's recomputed attention; physics/mlx_eras.py)",
+           default="current", choices=MLX_RELEASES),
     Option("quant", "choice", "QLoRA's quantized base: bitsandbytes (nf4, nf4-dq, fp4, int8) or MLX affine, "
            "group 64 (mlx-4bit, mlx-8bit)", default="nf4-dq", choices=QUANTS,
            methods=("qlora",),
