@@ -9,7 +9,7 @@ default_loss)`` and ``optimizer.update`` inside ``mx.compile(inputs=state, outpu
 ``mx.reset_peak_memory()`` and ``mx.get_peak_memory()``. The estimate uses ``backend="cpu"``.
 
 Also compares ``mlx_estimate(backend="metal")`` with the published "Peak mem" rows of
-``../shared/calibration/mlx-measured.csv`` that state enough of their setup (``--csv PATH``).
+``../shared/calibration/mlx-measured.csv``, each as its release ran it (``--csv PATH``; benchmarks/mlx_published.py).
 
     PYTHONPATH=src python benchmarks/mlx_measure.py [--quick] [--csv ../shared/calibration/mlx-measured.csv]
 """
@@ -17,10 +17,8 @@ Also compares ``mlx_estimate(backend="metal")`` with the published "Peak mem" ro
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib
 import json
-import re
 import statistics
 import sys
 import time
@@ -91,11 +89,42 @@ SETUPS = [
     ("llama-3.2-1b", "lora-qv", 2, 256, 2, 2, False, 8192, "bf16"),
     ("qwen2.5-0.5b", "lora-qv", 2, 256, 4, 4, False, 8192, "bf16"),
     ("qwen3-0.6b", "lora-qv", 1, 512, 2, 2, False, 4096, "bf16"),
+    # Long attention (B x heads x S x S larger than the logits): the attention backward's S x S buffers.
+    ("llama-3.2-1b", "lora-qv", 1, 2048, 2, 2, False, 1024, "bf16"),
+    # Older releases' steps (physics/mlx_eras.py), reproduced here: uncompiled step, the loss as that release
+    # computed it, and mlx 0.24's fused SDPA under grad (its Custom::vjp re-runs the fallback in the backward,
+    # which is what mx.checkpoint around the attention does).
+    ("llama-3.2-1b", "lora-qv", 2, 512, 2, 2, False, 16384, "bf16", "mlx-lm-2024"),
+    ("llama-3.2-1b", "lora-qv", 2, 512, 2, 2, False, 16384, "bf16", "mlx-lm-0.22"),
+    ("llama-3.2-1b", "lora-qv", 1, 2048, 2, 2, False, 1024, "bf16", "mlx-lm-2024"),
+    ("llama-3.2-1b", "lora-qv", 1, 2048, 2, 2, False, 1024, "bf16", "mlx-lm-0.22"),
+    ("qwen3-0.6b", "lora", 1, 1024, 2, 2, False, 8192, "bf16", "mlx-lm-0.28"),
+    ("qwen2.5-0.5b", "full", 2, 256, 3, 2, False, 8192, "bf16", "mlx-lm-0.25"),
 ]
 QV_KEYS = ["self_attn.q_proj", "self_attn.v_proj"]
 
 
-def measure(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype) -> dict:
+def _era_loss(kernel: str):
+    """The loss of an older release (mlx-lm tuner/trainer.py default_loss with that mlx's nn.losses.cross_entropy:
+    take_along_axis + logsumexp, no max shift before mlx 0.32.1), the logits cast to float32 first for
+    "fp32-composite" (mlx-lm before #63)."""
+    import mlx.core as mx
+
+    def loss(model, batch, lengths):
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        logits = model(inputs)
+        if kernel == "fp32-composite":
+            logits = logits.astype(mx.float32)
+        steps = mx.arange(1, targets.shape[1] + 1)
+        mask = mx.logical_and(steps >= lengths[:, 0:1], steps <= lengths[:, 1:])
+        score = mx.take_along_axis(logits, targets[..., None], axis=-1).squeeze(-1)
+        ce = (mx.logsumexp(logits, axis=-1) - score) * mask
+        ntoks = mask.sum()
+        return ce.astype(mx.float32).sum() / ntoks, ntoks
+    return loss
+
+
+def measure(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype, era=None) -> dict:
     import mlx.core as mx
     import mlx.nn as nn
     import mlx.optimizers as optim
@@ -106,6 +135,22 @@ def measure(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype)
     spec = scaled_spec(family, layers, vocab)
     config = mlx_config(spec)
     module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
+    era_args = {}
+    loss_fn = default_loss
+    if era:
+        from memfit.physics.mlx_eras import ERAS
+        e = ERAS[era]
+        era_args = dict(compiled=e.compiled, attention_grad=e.attention_grad(spec.head_dim),
+                        # on the CPU the installed mlx runs its shifted composite where a Mac runs the fused kernel
+                        loss_kernel="composite-shifted" if e.loss_kernel == "fused" else e.loss_kernel)
+        if e.loss_kernel != "fused":
+            loss_fn = _era_loss(e.loss_kernel)
+        if era_args["attention_grad"] == "recompute":
+            fused = mx.fast.scaled_dot_product_attention
+
+            def sdpa(q, k, v, cache=None, scale=1.0, mask=None, sinks=None):
+                return mx.checkpoint(lambda a, b_, c: fused(a, b_, c, scale=scale, mask=mask))(q, k, v)
+            module.scaled_dot_product_attention = sdpa   # this process only (each setup runs alone)
     model = module.Model(module.ModelArgs.from_dict(config))
     model.set_dtype({"bf16": mx.bfloat16, "fp16": mx.float16, "fp32": mx.float32}[dtype])
     bits = {"qlora": 4, "qlora8": 8}.get(method)
@@ -124,14 +169,15 @@ def measure(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype)
     if ckpt:
         grad_checkpoint(model.layers[0])
     optimizer = optim.Adam(learning_rate=1e-5)
-    loss_value_and_grad = nn.value_and_grad(model, default_loss)
+    loss_value_and_grad = nn.value_and_grad(model, loss_fn)
     state = [model.state, optimizer.state, mx.random.state]
 
-    @partial(mx.compile, inputs=state, outputs=state)
     def step(batch_, lengths_):
         (lvalue, toks), grad = loss_value_and_grad(model, batch_, lengths_)
         optimizer.update(model, grad)
         return lvalue, toks
+    if era_args.get("compiled", True):
+        step = partial(mx.compile, inputs=state, outputs=state)(step)
 
     tokens = mx.random.randint(0, vocab, (batch, seq_len + 1)).astype(mx.int32)
     lengths = mx.array([[0, seq_len]] * batch)
@@ -146,106 +192,34 @@ def measure(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype)
     trainable = sum(v.nbytes for _, v in tree_flatten(model.trainable_parameters()))
     est = mlx_estimate(spec, method="qlora" if bits else ("lora" if method == "lora-qv" else method),
                        batch_size=batch, seq_len=seq_len, train_layers=trained, quant_bits=bits or 4, grad_ckpt=ckpt,
-                       dtype=dtype, backend="cpu", targets=("q", "v") if method == "lora-qv" else ALL_TARGETS)
+                       dtype=dtype, backend="cpu", targets=("q", "v") if method == "lora-qv" else ALL_TARGETS,
+                       **era_args)
     measured = peaks[-1]
     # Clean up explicitly: the next setup's peak must not see this one's arrays.
     del model, optimizer, state, step, loss_value_and_grad
     mx.clear_cache()
     return {"setup": dict(family=family, method=method, batch_size=batch, seq_len=seq_len, layers=layers,
-                          train_layers=trained, grad_ckpt=ckpt, vocab=vocab, dtype=dtype, hidden=HIDDEN),
+                          train_layers=trained, grad_ckpt=ckpt, vocab=vocab, dtype=dtype, hidden=HIDDEN,
+                          era=era or "current"),
             "measured": measured, "estimated": est.mlx_peak_bytes, "error": est.mlx_peak_bytes / measured - 1,
             "first_step_peak": peaks[0], "trainable_bytes_measured": trainable,
             "components": est.components(), "peak_phase": est.peak_phase}
 
 
-# ---- published rows ---------------------------------------------------------------------------------------
-
-def _first_int(text: str) -> int | None:
-    m = re.match(r"\s*(\d+)", text or "")
-    return int(m.group(1)) if m else None
-
-
-def csv_rows(path: Path) -> list[dict]:
-    """Rows with a mx peak (not OS readings), SFT, and a model memfit can resolve; setup read from the row."""
-    out = []
-    with path.open(newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            notes = (row.get("notes") or "") + (row.get("peak_mem_gb") or "")
-            if "NOT mx peak" in notes or "trainer=" in notes or "(OS reading)" in notes:
-                continue
-            peak = re.match(r"\s*~?([\d.]+)", row["peak_mem_gb"] or "")
-            seq = _first_int(row["max_seq_length"])
-            if not peak or not seq:
-                continue
-            out.append(dict(row, peak_gb=float(peak.group(1)), seq=seq))
-    return out
-
-
-def _row_setup(row: dict) -> dict | None:
-    model_ref = row["model"].split(" ")[0].split("(")[0]
-    aliases = {"Qwen3-8B": "Qwen/Qwen3-8B", "Qwen3-0.6B": "Qwen/Qwen3-0.6B", "Qwen3-0.6B-bf16": "Qwen/Qwen3-0.6B",
-               "mlx-community/llama-3.2-1B-Instruct-bf16": "meta-llama/Llama-3.2-1B",
-               "unsloth/llama-3-8b": "meta-llama/Meta-Llama-3-8B"}
-    model_ref = aliases.get(model_ref, model_ref)
-    try:
-        spec = load_model(model_ref, allow_network=False)
-    except Exception:  # noqa: BLE001 - a row whose model is not resolvable offline is skipped, and said so
-        return None
-    quant = row["quant"].lower()
-    method = row["method"] if row["method"] in ("lora", "dora", "full") else "lora"
-    bits = 4 if quant.startswith("4bit") else 8 if quant.startswith("8bit") else None
-    layers = _first_int(row["num_layers"]) or 16
-    if "all" in (row["num_layers"] or ""):
-        layers = spec.num_layers
-    batch = _first_int(row["batch_size"]) or 1
-    ckpt = (row["grad_checkpoint"] or "").startswith("yes")
-    dtype = "fp16" if "fp16" in quant else "bf16"
-    return dict(spec=spec, method="qlora" if bits and method == "lora" else method, bits=bits or 4,
-                layers=layers, batch=batch, seq=row["seq"] - 1, ckpt=ckpt, dtype=dtype, targets=_row_targets(row))
-
-
-def _row_targets(row: dict) -> tuple[str, ...]:
-    """LoRA targets of a published run: what the row says, else its mlx-lm's default. Before
-    ml-explore/mlx-lm#515 (merged 2025-09-30, mlx-lm 0.28) the default keys were q_proj and v_proj; after it,
-    every Linear of the trained layers."""
-    text = " ".join(row.get(k) or "" for k in ("source", "rank", "notes", "mlx_version"))
-    if "(q, v)" in text or "q_proj, v_proj" in text or "2 keys" in text:
-        return ("q", "v")
-    version = row.get("mlx_version") or ""
-    minor = re.search(r"0\.(\d+)", version)
-    if "2026" in version or (minor and int(minor.group(1)) >= 28 and "mlx 0." not in version):
-        return ALL_TARGETS
-    return ("q", "v")
-
+# ---- published rows: benchmarks/mlx_published.py maps each to the release it ran ----------------------------
 
 def compare_csv(path: Path) -> dict:
-    results = []
-    for row in csv_rows(path):
-        setup = _row_setup(row)
-        if setup is None:
-            results.append({"id": row["id"], "skipped": f"model {row['model']!r} not resolvable offline"})
-            continue
-        est = mlx_estimate(setup["spec"], method=setup["method"], batch_size=setup["batch"], seq_len=setup["seq"],
-                           train_layers=min(setup["layers"], setup["spec"].num_layers), quant_bits=setup["bits"],
-                           grad_ckpt=setup["ckpt"], dtype=setup["dtype"], backend="metal",
-                           targets=setup["targets"])
-        measured = row["peak_gb"] * 1e9
-        results.append({"id": row["id"], "model": row["model"], "method": setup["method"],
-                        "targets": ",".join(setup["targets"]),
-                        "batch": setup["batch"], "seq_len": setup["seq"], "layers": setup["layers"],
-                        "grad_ckpt": setup["ckpt"], "measured_gb": row["peak_gb"],
-                        "estimated_gb": est.mlx_peak_bytes / 1e9, "error": est.mlx_peak_bytes / measured - 1})
-    errors = [abs(r["error"]) for r in results if "error" in r]
-    return {"rows": results, "n": len(errors),
-            "median_abs_error": statistics.median(errors) if errors else None}
+    from mlx_published import compare
+    return compare(path)
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| family | method | B | S | layers (trained) | ckpt | vocab | dtype | measured MB | estimate MB | error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| family | method | release | B | S | layers (trained) | ckpt | vocab | dtype | measured MB | estimate MB "
+             "| error |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s = r["setup"]
-        lines.append(f"| {s['family']} | {s['method']} | {s['batch_size']} | {s['seq_len']} | {s['layers']} "
+        lines.append(f"| {s['family']} | {s['method']} | {s.get('era', 'current')} | {s['batch_size']} | {s['seq_len']} "
+                     f"| {s['layers']} "
                      f"({s['train_layers']}) | {'yes' if s['grad_ckpt'] else 'no'} | {s['vocab']} | {s['dtype']} "
                      f"| {r['measured'] / 1e6:.2f} | {r['estimated'] / 1e6:.2f} | {r['error']:+.1%} |")
     return "\n".join(lines)
@@ -295,17 +269,8 @@ def main(argv=None) -> int:
             saved["published"] = cmp
             RESULTS.write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
             MARKDOWN.write_text(render_md(saved), encoding="utf-8")
-        print("\n| id | model | method | B | S | layers | ckpt | published GB | estimate GB | error |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for r in cmp["rows"]:
-            if "error" in r:
-                print(f"| {r['id']} | {r['model']} | {r['method']} | {r['batch']} | {r['seq_len']} | {r['layers']} "
-                      f"| {'yes' if r['grad_ckpt'] else 'no'} | {r['measured_gb']:.2f} | {r['estimated_gb']:.2f} "
-                      f"| {r['error']:+.1%} |")
-            else:
-                print(f"| {r['id']} | skipped: {r['skipped']} |")
-        if cmp["n"]:
-            print(f"\npublished rows: n={cmp['n']}  median |error| {cmp['median_abs_error']:.1%}")
+        from mlx_published import render
+        print("\n" + "\n".join(render(cmp)))
     if not args.quick and not args.csv_only:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
@@ -332,30 +297,16 @@ def render_md(out: dict) -> str:
              f"{out['mlx_version']}, its own model classes, `linear_to_lora_layers`, `default_loss`, Adam and the "
              "compiled step) on MLX's CPU backend, on real architectures scaled down to hidden size 256, each "
              "setup in a fresh process, and compares `mx.get_peak_memory()` after the second step with memfit's "
-             "step model (physics/mlx.py, `backend=\"cpu\"`). "
+             "step model (physics/mlx.py, `backend=\"cpu\"`). Setups with a release other than `current` run the "
+             "step as that release did (physics/mlx_eras.py): eager, the loss on float32 or bf16 logits without "
+             "the max shift, and mlx 0.24's fused attention under grad (recomputed in the backward, reproduced "
+             "with `mx.checkpoint` around the attention). "
              f"**n = {out['n']}: median |error| {out['median_abs_error']:.1%}, worst {out['worst_abs_error']:.1%}.**",
              "", table(out["results"]), ""]
     pub = out.get("published")
-    if pub:
-        lines += ["Published `Peak mem` lines of mlx-lm runs on Macs (`shared/calibration/mlx-measured.csv`, GB = "
-                  "1e9), estimated with `backend=\"metal\"` and each row's stated settings (LoRA on q,v for "
-                  "mlx-lm before ml-explore/mlx-lm#515):", "",
-                  "| id | model | method | targets | B | S | layers | ckpt | published GB | estimate GB | error |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in pub["rows"]:
-            if "error" in r:
-                lines.append(f"| {r['id']} | {r['model']} | {r['method']} | {r.get('targets', '')} | {r['batch']} | "
-                             f"{r['seq_len']} | {r['layers']} | {'yes' if r['grad_ckpt'] else 'no'} | "
-                             f"{r['measured_gb']:.2f} | {r['estimated_gb']:.2f} | {r['error']:+.1%} |")
-            else:
-                lines.append(f"| {r['id']} | skipped: {r['skipped']} | | | | | | | | | |")
-        if pub["n"]:
-            lines += ["", f"Published rows: n = {pub['n']}, median |error| {pub['median_abs_error']:.1%}. The step "
-                      "model is measured only on the CPU backend; on Metal the published peaks are lower than it "
-                      "predicts (it errs high): the Metal kernels' saved tensors (attention, fused norms, the "
-                      "float32 adapter inputs) are not measured here, and several rows' real lengths are below "
-                      "the max length the row states (M09: about 180 tokens a step). A Mac run is needed to close "
-                      "this gap."]
+    if pub and pub.get("n"):
+        from mlx_published import render
+        lines += render(pub)
     return "\n".join(lines) + "\n"
 
 

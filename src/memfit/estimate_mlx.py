@@ -15,7 +15,8 @@ from functools import lru_cache
 from .data import DATA_DIR
 from .estimator import Component, Estimate
 from .params import count_params
-from .physics.mlx import mlx_estimate
+from .physics.mlx import ALL_TARGETS, mlx_estimate
+from .physics.mlx_eras import ERAS
 from .setup import TrainingSetup
 from .spec import ModelSpec
 
@@ -49,10 +50,14 @@ def estimate_mlx(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     train_layers = min(setup.train_layers or spec.num_layers, spec.num_layers)
     # mlx-lm trains on batch[:, :-1] (tuner/trainer.py default_loss): the model sees max length - 1 tokens.
     seq = max(setup.seq_len - 1, 1)
+    era = ERAS[setup.mlx_release]
+    release = era.estimate_kwargs(spec, ALL_TARGETS)
+    if "lora_targets" in setup.explicit or setup.mlx_release == "current":
+        release["targets"] = setup.lora_targets
     m = mlx_estimate(spec, method=setup.method, batch_size=setup.batch_size, seq_len=seq,
                      train_layers=train_layers, lora_rank=setup.lora_rank,
                      quant_bits=8 if setup.quant == "mlx-8bit" else 4, grad_ckpt=setup.grad_ckpt, dtype=dtype,
-                     backend="metal", targets=setup.lora_targets)
+                     backend="metal", **release)
     components = []
     for field, name, note in _NAMES:
         nbytes = getattr(m, field)
@@ -68,22 +73,27 @@ def estimate_mlx(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         low, high = int(peak / (1 + band["high"])), int(peak / (1 + band["low"]))
     trainable = (m.adapters // 4 if setup.method != "full"
                  else train_layers * count_params(spec).per_layer)
+    step = ("value_and_grad and the Adam update compiled into one graph" if era.compiled else
+            "value_and_grad and the Adam update run eagerly (before mlx-lm#53)")
     assumptions = [
-        f"mlx-lm 0.32 step (mlx_lm/tuner/trainer.py): value_and_grad and the Adam update compiled into one graph; "
+        f"mlx-lm release {era.name} ({era.span}; physics/mlx_eras.py): {step}; loss kernel {release['loss_kernel']}, "
+        f"attention under autodiff {release['attention_grad']}; "
         f"{dtype} weights, {setup.method} on the last {train_layers} of {spec.num_layers} layers"
-        + (f", LoRA rank {setup.lora_rank} on {','.join(setup.lora_targets)}" if setup.method != "full" else ""),
+        + (f", LoRA rank {setup.lora_rank} on {','.join(release['targets'])}" if setup.method != "full" else ""),
         "the peak is mx.get_peak_memory() (active memory); MLX's buffer cache shows on top in Activity Monitor "
         "and is released before MLX passes its memory limit",
-        "Metal: fused RMSNorm and cross-entropy kernels, unfused attention under autodiff "
-        "(mlx/backend/metal/scaled_dot_product_attention.cpp); the step model is measured on MLX's CPU backend "
-        "(benchmarks/mlx_measure.py), not on a Mac",
+        "Metal: fused RMSNorm (and, from mlx 0.32.2, cross-entropy) kernels; unfused attention under autodiff "
+        "except mlx 0.24 (mlx/backend/metal/scaled_dot_product_attention.cpp); the step model is measured on "
+        "MLX's CPU backend (benchmarks/mlx_measure.py), not on a Mac",
         "no padding: every sequence is max length long (mlx-lm pads a batch to its longest row)",
     ]
     if band:
         assumptions.append(f"measured error of the step model: {band['low']:+.0%} to {band['high']:+.0%} over "
                            f"{band['n']} real mlx-lm steps (CPU backend); the range includes it")
-    assumptions.append("published mlx-lm 'Peak mem' lines on Macs read lower than this model (docs/accuracy.md, "
-                       "MLX): on Metal it errs high")
+    assumptions.append("published mlx-lm 'Peak mem' lines, each estimated as its release ran it: docs/accuracy.md "
+                       "(MLX); most give only the maximum length, where the estimate is an upper bound"
+                       + ("; this release printed 'Peak mem' in GiB (bytes / 2**30)" if era.peak_unit_bytes != 1e9
+                          else ""))
     assumptions += list(m.notes)
     phases = (("loss backward" if m.peak_phase == "loss backward" else "layer backward", peak),)
     return Estimate(
@@ -91,4 +101,6 @@ def estimate_mlx(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         setup=setup, precision=dtype, components=tuple(components), peak_phase=m.peak_phase, phases=phases,
         peak_allocated_bytes=peak, peak_reserved_bytes=peak, device_bytes=peak, range_low_bytes=min(low, peak),
         range_high_bytes=max(high, peak), paged_bytes=0, download_bytes=count_params(spec).total * 2,
-        assumptions=tuple(assumptions), kind="mlx", extra={"mlx_peak_bytes": peak})
+        assumptions=tuple(assumptions), kind="mlx",
+        # what this release's "Peak mem ... GB" line reads (GiB before mlx-examples#1094)
+        extra={"mlx_peak_bytes": peak, "mlx_peak_mem_printed": round(peak / era.peak_unit_bytes, 3)})

@@ -16,6 +16,9 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .errors import InvalidSetupError, Problem, UsageError
+from .physics.mlx_eras import ERAS as _MLX_ERAS
+
+MLX_RELEASES = tuple(_MLX_ERAS)
 
 # The PEFT methods besides LoRA (physics/adapters.py has each one's memory and the PEFT source it follows).
 PEFT_METHODS = ("dora", "adalora", "ia3", "loha", "lokr", "vera", "oft", "boft", "fourierft", "prefix", "prompt",
@@ -220,6 +223,9 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            trl="lora_dropout", mlx="lora_parameters.dropout")),
     Option("train_layers", "int", "train only the last N layers (mlx-lm --num-layers): the adapters' layers, or "
            "the unfrozen ones in full fine-tuning", minimum=1, maximum=10_000, tool_keys=_keys(mlx="num_layers")),
+    Option("mlx_release", "choice", "the mlx-lm / MLX release whose step to model (mlx recipe): current, or an "
+           "older one (eager step, float32 logits, mlx 0.24's recomputed attention; physics/mlx_eras.py)",
+           default="current", choices=MLX_RELEASES),
     Option("quant", "choice", "the quantized frozen base of QLoRA (or of dora, lora-fa, adalora, ia3; none: "
            "16-bit): bitsandbytes (nf4, nf4-dq, fp4, int8 = LLM.int8), a GPTQ or AWQ int4 checkpoint (gptq-int4, "
            "awq-int4; qlora) or MLX affine, group 64 (mlx-4bit, mlx-8bit)", default="nf4-dq",

@@ -54,6 +54,7 @@ class TrainingSetup:
     lora_targets: tuple[str, ...] | None = None
     lora_dropout: float | None = None           # > 0 saves a dropout mask per adapted input
     train_layers: int | None = None             # only the last N layers train (None: all; mlx-lm: 16)
+    mlx_release: str | None = None              # mlx-lm / MLX release of the mlx recipe (physics/mlx_eras.py)
     quant: str | None = None                    # QLoRA's 4-bit (or 8-bit) base
     kbit_upcast: bool | None = None             # prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
     num_virtual_tokens: int | None = None       # prefix / prompt / p-tuning: tokens prepended
@@ -238,6 +239,8 @@ class TrainingSetup:
         if self.train_layers is not None and self.method == "full" and not mlx:
             p.append(Problem("train_layers", "{train_layers} with {method} full (the last N layers unfrozen) is "
                                              "modelled for {recipe} mlx only"))
+        if self.mlx_release != "current" and not mlx:
+            p.append(Problem("mlx_release", "{mlx_release} is an mlx-lm release: it needs {recipe} mlx"))
         if mlx and (self.world_size > 1 or self.shard != "none"):
             p.append(Problem("gpus", "mlx-lm trains on one Apple-silicon GPU: {gpus}, {nodes} and {shard} do not "
                                      "apply"))

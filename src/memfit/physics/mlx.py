@@ -46,6 +46,24 @@ from ..spec import ModelSpec
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 METHODS = ("lora", "dora", "full", "qlora")
 BACKENDS = ("metal", "cpu")
+# The loss's (tokens, vocab) buffers alive at the loss backward, as (copies, bytes per element or None for the
+# model dtype). Measured on MLX's CPU backend (benchmarks/mlx_measure.py, the "era" setups): the composite
+# cross-entropy of mlx <= 0.32.0 (python/mlx/nn/losses.py: take_along_axis + logsumexp) keeps 3; mlx 0.32.1 shifts
+# the logits by their max first (ml-explore/mlx#4188), 4; mlx-lm before ml-explore/mlx-lm#63 (2025-04-03) cast the
+# logits to float32 before the loss (tuner/trainer.py default_loss), 4 float32 copies; the fused
+# mx.fast.cross_entropy (GPU only, the mlx 0.32.4 installed here; not in mlx@846d176) reads the logits and writes
+# one gradient, 2.
+LOSS_KERNELS = {"fused": (2, None), "composite": (3, None), "composite-shifted": (4, None),
+                "fp32-composite": (4, 4)}
+# How autodiff runs attention: "composite" keeps the (B, heads, S, S) softmax of every trained layer
+# (mlx/fast.cpp fallback); "recompute": the fused SDPA primitive of mlx 0.24 (taken under grad for masked
+# full-length attention, ml-explore/mlx#1924, until #2054 in 0.25.0) whose Custom::vjp re-runs the fallback in the
+# backward (mlx/fast.cpp Custom::vjp), so each layer keeps only q, k, v and the S x S buffers live one layer at a
+# time.
+ATTENTION_GRADS = ("composite", "recompute")
+# S x S buffers alive while one layer's attention backward runs (measured, CPU backend): the cotangent of the
+# softmax output and of the scores; the recompute path also rebuilds the softmax itself.
+ATTENTION_BACKWARD_COPIES = {"composite": 2, "recompute": 3}
 ADAPTER_BYTES = 4      # lora_a / lora_b / DoRA m are float32 (tuner/lora.py:88-93, tuner/dora.py:90)
 GROUP_SIZE = 64        # mlx-lm affine default (utils.py quantize_model; nn.quantize default)
 
@@ -73,6 +91,7 @@ class MlxEstimate:
     activation_bytes_per_token_layer: int   # saved bytes per token per trained layer (no checkpointing)
     backend: str
     notes: tuple[str, ...] = ()
+    compiled: bool = True         # the step is one mx.compile graph (mlx-lm since ml-explore/mlx-lm#53)
 
     @property
     def persistent(self) -> int:
@@ -84,12 +103,15 @@ class MlxEstimate:
         # Measured on the CPU backend (benchmarks/mlx_measure.py, V / intermediate / layer differencing): the
         # loss-backward buffers and the first layer's backward cotangents are alive together at the peak of the
         # compiled step, so they add. Which eval-order detail keeps the logit buffers alive is not pinned down.
-        return (self.persistent + self.gradients + self.saved_activations
-                + self.logits_and_loss + self.backward_workspace)
+        # Without compile (mlx-lm before ml-explore/mlx-lm#53, 2025-03-25) the loss buffers are freed before the
+        # first layer's backward starts: the larger of the two is the peak (measured, the "era" setups).
+        transient = (self.logits_and_loss + self.backward_workspace if self.compiled
+                     else max(self.logits_and_loss, self.backward_workspace))
+        return self.persistent + self.gradients + self.saved_activations + transient
 
     def components(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if isinstance(getattr(self, f.name), int) and f.name != "activation_bytes_per_token_layer"}
+                if type(getattr(self, f.name)) is int and f.name != "activation_bytes_per_token_layer"}
 
 
 def affine_quantized_bytes(rows: int, cols: int, bits: int, scale_bytes: int = 2,
@@ -148,7 +170,7 @@ def _adapter_params(spec: ModelSpec, rank: int, dora: bool, targets=ALL_TARGETS)
 
 
 def _layer_saved_bytes(spec: ModelSpec, *, seq_len: int, b: int, adapters: bool, rank: int,
-                       backend: str, targets=ALL_TARGETS) -> int:
+                       backend: str, targets=ALL_TARGETS, attention_grad: str = "composite") -> int:
     """Bytes per token that autodiff keeps for one trained layer (llama-style block, mlx_lm/models/llama.py).
 
     * two RMSNorm inputs: the CPU fallback keeps its float32 upcast (4 B), Metal's RMSNormVJP the input (b);
@@ -175,7 +197,9 @@ def _layer_saved_bytes(spec: ModelSpec, *, seq_len: int, b: int, adapters: bool,
     if adapters:
         n_lin = len(_adapted(spec, targets))
         total += n_lin * rank * ADAPTER_BYTES          # x @ lora_a, kept for the lora_b gradient
-    total += (qd + 2 * kvd) * b + spec.num_heads * seq_len * b
+    total += (qd + 2 * kvd) * b
+    if attention_grad == "composite":
+        total += spec.num_heads * seq_len * b          # the softmax output, per layer
     if spec.qk_norm != "none":
         total += (qd + kvd) * norm_b
     total += 4 * i * b if spec.mlp_kind == "gated" else 2 * i * b
@@ -205,11 +229,15 @@ def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEF
                  seq_len: int = DEFAULT_MAX_SEQ_LEN, train_layers: int = DEFAULT_TRAIN_LAYERS,
                  lora_rank: int = DEFAULT_RANK, lora_scale: float = DEFAULT_SCALE, quant_bits: int = 4,
                  grad_ckpt: bool = False, dtype: str = "bf16", backend: str = "metal",
-                 targets: tuple[str, ...] = ALL_TARGETS) -> MlxEstimate:
+                 targets: tuple[str, ...] = ALL_TARGETS, loss_kernel: str | None = None,
+                 attention_grad: str = "composite", compiled: bool = True) -> MlxEstimate:
     """Peak of one mlx-lm training step. ``seq_len`` is the model's input length (batch length - 1).
 
     ``lora_scale`` multiplies the adapter output only; it changes no buffer size (kept for a complete setup).
     ``targets``: the adapted projections (mlx-lm ``keys``); every Linear by default, as mlx-lm 0.32 does.
+    ``loss_kernel`` (LOSS_KERNELS; default: the fused kernel on Metal, the shifted composite on the CPU, as mlx
+    0.32.4 runs), ``attention_grad`` (ATTENTION_GRADS) and ``compiled`` describe older mlx/mlx-lm releases
+    (physics/mlx_eras.py names them).
     """
     problems = []
     if method not in METHODS:
@@ -220,6 +248,10 @@ def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEF
         problems.append(f"backend must be one of {BACKENDS}")
     if method == "qlora" and quant_bits not in (4, 8):
         problems.append("quant_bits must be 4 or 8 (MLX affine)")
+    if loss_kernel is not None and loss_kernel not in LOSS_KERNELS:
+        problems.append(f"loss_kernel must be one of {tuple(LOSS_KERNELS)}")
+    if attention_grad not in ATTENTION_GRADS:
+        problems.append(f"attention_grad must be one of {ATTENTION_GRADS}")
     if min(batch_size, seq_len, lora_rank) < 1:
         problems.append("batch_size, seq_len and lora_rank must be positive")
     if problems:
@@ -240,7 +272,7 @@ def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEF
         trainable = n * count_params(spec).per_layer * b
         layer_grads = count_params(spec).per_layer * b
     per_token_layer = _layer_saved_bytes(spec, seq_len=seq_len, b=b, adapters=adapters, rank=lora_rank,
-                                         backend=backend, targets=targets)
+                                         backend=backend, targets=targets, attention_grad=attention_grad)
     if grad_ckpt:
         # mx.checkpoint keeps each layer's input; the layer being differentiated is recomputed in full.
         saved = tokens * (n * spec.hidden_size * b + per_token_layer) if n else 0
@@ -249,9 +281,13 @@ def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEF
     # Loss backward: CPU composite cross-entropy keeps the shifted logits and builds softmax, the cotangent
     # product and the take_along_axis scatter (4 copies); Metal's fused kernel reads the logits and writes one
     # gradient (2 copies). Logits are in the model dtype (default_loss computes CE before .astype(float32)).
-    logits = (4 if backend == "cpu" else 2) * tokens * spec.vocab_size * b
+    copies, elem = LOSS_KERNELS[loss_kernel or ("composite-shifted" if backend == "cpu" else "fused")]
+    logits = copies * tokens * spec.vocab_size * (elem or b)
     mlp_adapters = adapters and bool(set(targets) & {"gate", "up", "down"})
     workspace = tokens * _backward_workspace(spec, b=b, adapters=mlp_adapters, backend=backend)
+    if n:
+        # One layer's attention backward: its S x S cotangents (and, recomputing, its softmax) on top.
+        workspace += ATTENTION_BACKWARD_COPIES[attention_grad] * batch_size * spec.num_heads * seq_len ** 2 * b
     # Gradients: LoRA's are tiny, all counted; full fine-tuning has one layer's at the activation peak.
     grads = trainable if adapters else layer_grads
     phase = "loss backward" if logits >= workspace else "layer backward"
@@ -262,4 +298,5 @@ def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEF
     return MlxEstimate(weights=weights, quant_constants=constants, adapters=adapter_bytes, gradients=grads,
                        optimizer_state=2 * trainable, saved_activations=saved, logits_and_loss=logits,
                        backward_workspace=workspace, peak_phase=phase,
-                       activation_bytes_per_token_layer=per_token_layer, backend=backend, notes=tuple(notes))
+                       activation_bytes_per_token_layer=per_token_layer, backend=backend, notes=tuple(notes),
+                       compiled=compiled)

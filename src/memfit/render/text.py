@@ -76,7 +76,7 @@ def render_estimate(est: Estimate, verdict: Verdict | None = None) -> str:
         lines.append(f"  total                 {gib(est.device_bytes):>11}  ({est.device_bytes / 1e9:.1f} GB)")
     elif est.kind == "mlx":
         lines.append(f"  peak            {gib(est.device_bytes):>11}   mx.get_peak_memory() (mlx-lm prints "
-                     f"'Peak mem {est.device_bytes / 1e9:.3f} GB')")
+                     f"'Peak mem {est.extra.get('mlx_peak_mem_printed', est.device_bytes / 1e9):.3f} GB')")
         lines.append(f"  range           {gib(est.range_low_bytes)} - {gib(est.range_high_bytes)}")
     else:
         lines.append(f"  peak allocated  {gib(est.peak_allocated_bytes):>11}   torch.cuda.max_memory_allocated")
