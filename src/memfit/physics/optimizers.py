@@ -154,7 +154,9 @@ def _svd_temp(s: Shape, p: int, r: int) -> int:
     thin SVD U, S, Vh in fp32, and the rank-r factor in fp32."""
     small, big = min(s.rows, s.cols), max(s.rows, s.cols)
     copy = 4 * s.numel if p != 4 else 0
-    return copy + 4 * (s.rows * small + small + small * s.cols) + 4 * r * big + 4 * r * r
+    # + diag(s[:r]) and the fp32 r x big factor, and the other factor cast to the param dtype. LAPACK's (cuSOLVER's)
+    # own workspace is not counted.
+    return copy + 4 * (s.rows * small + small + small * s.cols) + 4 * r * big + 4 * r * r + p * r * small
 
 
 def _galore_temp(s: Shape, p: int, k: Knobs) -> int:
@@ -213,19 +215,17 @@ def _muon_handles(s: Shape, k: Knobs) -> bool:
 def _muon_state(s: Shape, p: int, k: Knobs) -> int:
     if _muon_handles(s, k):
         return p * s.numel * s.count       # momentum_buffer
-    return 2 * p * s.numel * s.count       # torch AdamW(fused=True) for the rest: exp_avg, exp_avg_sq
+    # torch AdamW(fused=True) for the rest: exp_avg, exp_avg_sq and the fp32 0-dim step (torch/optim/adam.py)
+    return (2 * p * s.numel + 4) * s.count
 
 
 def _muon_temp(s: Shape, p: int, k: Knobs) -> int:
     if not _muon_handles(s, k):
         return 0
     small = min(s.rows, s.cols)
-    # nesterov grad.lerp(buf) (param dtype); its bf16 copy when the param is not bf16; then each Newton-Schulz
-    # iteration: the gram matrix and its update (small x small, bf16) and the next iterate while the previous
-    # one is alive
-    lerp = p * s.numel
-    bf16 = 2 * s.numel if p != 2 else 0
-    return lerp + bf16 + 2 * 2 * s.numel + 3 * 2 * small * small
+    # nesterov grad.lerp(buf) (param dtype, held by the caller); each Newton-Schulz iteration makes the gram matrix
+    # and its update (small x small, bf16) and the next bf16 iterate while the previous one is alive
+    return p * s.numel + 2 * 2 * s.numel + 2 * 2 * small * small
 
 
 # -- Adam-mini ---------------------------------------------------------------------------------------------------
@@ -280,9 +280,11 @@ def _came_state(s: Shape, p: int, k: Knobs) -> int:
 
 
 def _came_temp(s: Shape, p: int, k: Knobs) -> int:
-    # the fp32 gradient copy, then (update - exp_avg)**2 + eps with update alive: four fp32 tensors at once
+    # the fp32 gradient copy, then (update - exp_avg)**2 with update alive: four fp32 tensors at once; and the
+    # loop's locals `update` and `res` still hold the previous parameter's (taken as the same size: the MLP's
+    # matrices come in a row)
     copy = 4 * s.numel if p != 4 else 0
-    return copy + 3 * 4 * s.numel
+    return copy + 3 * 4 * s.numel + 2 * 4 * s.numel
 
 
 def _zero(s: Shape, p: int, k: Knobs) -> int:
@@ -290,8 +292,9 @@ def _zero(s: Shape, p: int, k: Knobs) -> int:
 
 
 def _lomo_temp(s: Shape, p: int, k: Knobs) -> int:
-    # grad.to(float32) and p.data.to(float32) (aliases when already fp32)
-    return 2 * 4 * s.numel if p != 4 else 0
+    # grad.to(float32) and p.data.to(float32), less the 16-bit gradient it frees at once (p.grad = None); both are
+    # aliases when the parameter is already fp32
+    return (8 - p) * s.numel if p != 4 else 0
 
 
 def _adalomo_state(s: Shape, p: int, k: Knobs) -> int:
@@ -299,9 +302,11 @@ def _adalomo_state(s: Shape, p: int, k: Knobs) -> int:
 
 
 def _adalomo_temp(s: Shape, p: int, k: Knobs) -> int:
-    # fp32 grad copy, grad**2 + eps, the rank-1 approximation times grad, and the fp32 param copy
-    copy = 4 * s.numel if p != 4 else 0
-    return copy + 3 * 4 * s.numel
+    # three fp32 tensors at once (the gradient copy, grad**2 and its + eps; or the copy, the update and the fp32
+    # param copy), less the 16-bit gradient freed at once; fp32 parameters: the copies are aliases, two remain
+    if p == 4:
+        return 2 * 4 * s.numel
+    return 3 * 4 * s.numel - p * s.numel
 
 
 OPTIMIZER_FACTS: dict[str, OptimizerFacts] = {f.name: f for f in (
