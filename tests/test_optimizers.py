@@ -54,6 +54,8 @@ def _measure_step(name, setup, monkeypatch):
 
     # galore-torch's 8-bit step calls torch.cuda.synchronize() (adamw8bit.py:65): nothing to wait for on a CPU.
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    # GaLore / APOLLO: refresh the projection on every step, so the second step is a refresh with all state alive
+    monkeypatch.setattr("memfit.trace.optimizers.UPDATE_PROJ_GAP", 1)
     spec = small_catalog_model()
     model, stack = _real_model(spec, setup)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -70,10 +72,10 @@ def _measure_step(name, setup, monkeypatch):
                 p.grad = torch.randn_like(p)
             tracker.peak = tracker.current
             optimizer.step()
-            temps.append(tracker.peak - tracker.current)
+            temps.append(tracker.peak - tracker.current)   # the first step also allocates the state: use both
             for p in params:
                 p.grad = None
-    return spec, stack, tracker.current - weights, max(temps)
+    return spec, stack, tracker.current - weights, temps[-1]
 
 
 @pytest.mark.parametrize("name", STEPPED)
@@ -121,8 +123,10 @@ def test_lomo_keeps_its_state_and_frees_each_gradient_in_backward(name, monkeypa
     assert optimizers.state_bytes(spec, setup, stack)[0] == kept
     assert optimizers.step_temp_bytes(spec, setup, stack)[0] == pytest.approx(temp, rel=0.01)
     # the estimate keeps one tensor's gradient at a time, not all of them
-    full = estimate(spec, TrainingSetup(method="full", precision="bf16", optimizer="adamw"))
-    assert estimate(spec, setup).component("gradients") < full.component("gradients") / 4
+    from memfit.physics.states import gradient_bytes
+
+    full = TrainingSetup(method="full", precision="bf16", optimizer="adamw")
+    assert gradient_bytes(spec, setup, stack) == 2 * largest.numel() < gradient_bytes(spec, full, stack) / 4
 
 
 def test_low_rank_state_follows_the_rank_and_undercuts_adamw():

@@ -165,7 +165,13 @@ def _galore_temp(s: Shape, p: int, k: Knobs) -> int:
     r, big, _ = _projected(s, k.galore_rank)
     # low-rank grad, denom, exp_avg/denom (r x big each), then project_back and its * scale (full size each)
     update = p * (3 * r * big + 2 * s.numel)
-    return max(update, _svd_temp(s, p, r))
+    return max(update, _svd_temp(s, p, r) + _previous_locals(s, p, r))
+
+
+def _previous_locals(s: Shape, p: int, r: int) -> int:
+    """The loop's locals still holding the previous matrix's full-size update and its r x big denominator while
+    this one's projection is refreshed (taken as the same size: the MLP's matrices come in a row)."""
+    return p * (s.numel + r * max(s.rows, s.cols))
 
 
 def _galore8_state(s: Shape, p: int, k: Knobs) -> int:
@@ -181,7 +187,7 @@ def _galore8_temp(s: Shape, p: int, k: Knobs) -> int:
     r, big, _ = _projected(s, k.galore_rank)
     # adamw8bit.py:55-57: p.data.clone() while the weight and the full gradient are alive; p.grad is then the
     # projected one (the full gradient is freed); project_back and * scale are full size.
-    return max(p * s.numel + 2 * p * r * big, p * (2 * s.numel + r * big), _svd_temp(s, p, r))
+    return max(p * s.numel + 2 * p * r * big, p * (2 * s.numel + r * big), _svd_temp(s, p, r) + p * s.numel)
 
 
 # -- APOLLO ------------------------------------------------------------------------------------------------------
@@ -200,7 +206,7 @@ def _apollo_temp(s: Shape, p: int, k: Knobs) -> int:
     r, big, small = _projected(s, k.apollo_rank)
     # projection update: an fp32 copy of the gradient, the fp32 randn and its / sqrt(rank), then the param-dtype
     # cast; update: low-rank grad, denom, norm_grad, then p.grad * scaling and / limiter (full size each)
-    refresh = (4 * s.numel if p != 4 else 0) + 2 * 4 * r * small + p * r * small
+    refresh = (4 * s.numel if p != 4 else 0) + 2 * 4 * r * small + p * r * small + _previous_locals(s, p, r)
     return max(refresh, p * (3 * r * big + 2 * s.numel))
 
 

@@ -26,6 +26,9 @@ _MODULES = {"galore-torch": "galore_torch", "apollo-torch": "apollo_torch", "ada
             "lion-pytorch": "lion_pytorch", "came-pytorch": "came_pytorch", "lomo-optim": "lomo_optim",
             "bitsandbytes": "bitsandbytes"}
 LR = 1e-5
+# transformers' default (trainer_optimizer.py:371, :402): the projection is refreshed on the first step and every
+# 200th; the tests refresh it every step to see the steady-state refresh with the whole state alive.
+UPDATE_PROJ_GAP = 200
 
 
 def _import(name: str):
@@ -87,11 +90,11 @@ def make(name: str, model: nn.Module, setup):
     if name in ("galore", "galore-8bit", "apollo"):
         matrices, rest = low_rank_groups(model)
         if name == "apollo":
-            extra = dict(rank=setup.apollo_rank, proj="random", scale_type="channel", update_proj_gap=200, scale=1.0,
-                         proj_type="std")
+            extra = dict(rank=setup.apollo_rank, proj="random", scale_type="channel",
+                         update_proj_gap=UPDATE_PROJ_GAP, scale=1.0, proj_type="std")
             cls = module.APOLLOAdamW
         else:
-            extra = dict(rank=setup.galore_rank, update_proj_gap=200, scale=0.25, proj_type="std")
+            extra = dict(rank=setup.galore_rank, update_proj_gap=UPDATE_PROJ_GAP, scale=0.25, proj_type="std")
             cls = module.GaLoreAdamW8bit if name == "galore-8bit" else module.GaLoreAdamW
         return cls([{"params": rest}, {"params": matrices, **extra}], lr=LR)
     if name == "adam-mini":
