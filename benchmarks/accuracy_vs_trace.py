@@ -34,7 +34,28 @@ FAMILIES = ["llama-3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3
             "smollm2-135m", "pythia-160m", "stablelm-2-1.6b", "olmo-2-1b", "gpt2", "tinyllama-1.1b"]
 
 
-def matrix(quick: bool):
+# The memory-saving optimizers that run on fake tensors (APOLLO's and AdaLomo's steps read tensor values in Python;
+# bitsandbytes' are accounted from their layout): full fine-tuning of three families, each optimizer.
+OPTIMIZER_FAMILIES = ["llama-3.2-1b", "qwen2.5-0.5b", "gemma-3-1b"]
+TRACED_OPTIMIZERS = ["galore", "muon", "adam-mini", "lion", "came", "lomo"]
+
+
+def optimizer_cells(quick: bool):
+    from memfit.trace.optimizers import PACKAGES, _MODULES
+    import importlib.util
+
+    lengths = (256,) if quick else (256, 2048)
+    for model, opt, length in itertools.product(OPTIMIZER_FAMILIES, TRACED_OPTIMIZERS, lengths):
+        if opt in PACKAGES and importlib.util.find_spec(_MODULES[PACKAGES[opt]]) is None:
+            continue                       # the optimizer's package is not installed here
+        yield model, dict(method="full", optimizer=opt, batch_size=1, seq_len=length)
+
+
+def matrix(quick: bool, only_optimizers: bool = False):
+    if only_optimizers:
+        yield from optimizer_cells(quick)
+        return
+    yield from optimizer_cells(quick)
     if quick:
         for model, method in itertools.product(FAMILIES, ("full", "lora", "qlora")):
             yield model, dict(method=method, batch_size=1, seq_len=256)
@@ -51,9 +72,9 @@ def matrix(quick: bool):
     yield from cells
 
 
-def run(quick: bool, max_minutes: float) -> dict:
+def run(quick: bool, max_minutes: float, only_optimizers: bool = False) -> dict:
     rows, start = [], time.perf_counter()
-    for model, kw in matrix(quick):
+    for model, kw in matrix(quick, only_optimizers):
         if time.perf_counter() - start > max_minutes * 60:
             rows.append({"model": model, "setup": kw, "skipped": "time budget reached"})
             continue
@@ -90,6 +111,12 @@ def summarize(rows: list[dict]) -> dict:
         errs = [abs(r["peak_allocated_error"]) for r in done if r["setup"]["method"] == method]
         if errs:
             out[method] = {"n": len(errs), "median_abs_error": statistics.median(errs), "worst_abs_error": max(errs)}
+    per_optimizer = {}
+    for r in done:
+        if "optimizer" in r["setup"]:
+            per_optimizer.setdefault(r["setup"]["optimizer"], []).append(abs(r["peak_allocated_error"]))
+    out["per_optimizer"] = {o: {"n": len(e), "median_abs_error": statistics.median(e), "worst_abs_error": max(e)}
+                            for o, e in per_optimizer.items()}
     per_model = {}
     for r in done:
         per_model.setdefault(r["model"], []).append(abs(r["peak_allocated_error"]))
@@ -111,6 +138,10 @@ def markdown(report: dict, quick: bool) -> str:
                   "| family | n | median | worst |", "|---|---|---|---|"]
         for model, st in s["per_family"].items():
             lines.append(f"| {model} | {st['n']} | {st['median_abs_error']:.2%} | {st['worst_abs_error']:.2%} |")
+    if s.get("per_optimizer"):
+        lines += ["", "| optimizer (full fine-tuning) | n | median | worst |", "|---|---|---|---|"]
+        for opt, st in s["per_optimizer"].items():
+            lines.append(f"| {opt} | {st['n']} | {st['median_abs_error']:.2%} | {st['worst_abs_error']:.2%} |")
     worst = sorted((r for r in report["rows"] if "peak_allocated_error" in r),
                    key=lambda r: -abs(r["peak_allocated_error"]))[:10]
     lines += ["", "Worst setups (which component is off):", "",
@@ -132,6 +163,8 @@ def markdown(report: dict, quick: bool) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--optimizers", action="store_true",
+                        help="only the memory-saving optimizers' rows (results in accuracy_vs_trace_optimizers.*)")
     parser.add_argument("--max-minutes", type=float, default=90.0)
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite the markdown from the saved JSON results without tracing again")
@@ -139,10 +172,12 @@ def main() -> None:
                         help="exit 1 if the median peak error exceeds this fraction or a setup fails to trace")
     args = parser.parse_args()
     name = "accuracy_vs_trace_quick" if args.quick else "accuracy_vs_trace"
+    if args.optimizers:
+        name = "accuracy_vs_trace_optimizers"
     if args.render_only:
         report = json.loads((RESULTS / f"{name}.json").read_text())
     else:
-        report = run(args.quick, args.max_minutes)
+        report = run(args.quick, args.max_minutes, args.optimizers)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     (RESULTS / f"{name}.md").write_text(markdown(report, args.quick))

@@ -111,5 +111,11 @@ def make(name: str, model: nn.Module, setup):
     if name == "lomo":
         return _InBackward(module.Lomo(model, lr=LR))
     if name == "adalomo":
-        return _InBackward(module.AdaLomo(model, lr=LR))
+        # AdaLomo puts its states on CUDA with .cuda() (adalomo.py:87-96); the trace's CPU tensors stand in for CUDA's
+        original = torch.Tensor.cuda
+        torch.Tensor.cuda = lambda self, *args, **kwargs: self
+        try:
+            return _InBackward(module.AdaLomo(model, lr=LR))
+        finally:
+            torch.Tensor.cuda = original
     raise KeyError(name)
