@@ -80,10 +80,31 @@ def peft_cells():
             yield "gpt2", dict(method=method, batch_size=1, seq_len=256, precision="bf16")
 
 
-def matrix(quick: bool, vlm: bool = False):
+# The memory-saving optimizers that run on fake tensors (APOLLO's and AdaLomo's steps read tensor values in Python;
+# bitsandbytes' are accounted from their layout): full fine-tuning of three families, each optimizer.
+OPTIMIZER_FAMILIES = ["llama-3.2-1b", "qwen2.5-0.5b", "gemma-3-1b"]
+TRACED_OPTIMIZERS = ["galore", "muon", "adam-mini", "lion", "came", "lomo"]
+
+
+def optimizer_cells(quick: bool):
+    from memfit.trace.optimizers import PACKAGES, _MODULES
+    import importlib.util
+
+    lengths = (256,) if quick else (256, 2048)
+    for model, opt, length in itertools.product(OPTIMIZER_FAMILIES, TRACED_OPTIMIZERS, lengths):
+        if opt in PACKAGES and importlib.util.find_spec(_MODULES[PACKAGES[opt]]) is None:
+            continue                       # the optimizer's package is not installed here
+        yield model, dict(method="full", optimizer=opt, batch_size=1, seq_len=length)
+
+
+def matrix(quick: bool, vlm: bool = False, only_optimizers: bool = False):
+    if only_optimizers:
+        yield from optimizer_cells(quick)
+        return
     if vlm:
         yield from VLM_CELLS
         return
+    yield from optimizer_cells(quick)
     if quick:
         for model, method in itertools.product(FAMILIES, ("full", "lora", "qlora")):
             yield model, dict(method=method, batch_size=1, seq_len=256)
@@ -125,10 +146,11 @@ def trainer_matrix():
     yield from cells
 
 
-def run(quick: bool, max_minutes: float, trainers: bool = False, vlm: bool = False, cells=None) -> dict:
+def run(quick: bool, max_minutes: float, trainers: bool = False, vlm: bool = False, cells=None,
+        only_optimizers: bool = False) -> dict:
     rows, start = [], time.perf_counter()
     if cells is None:
-        cells = trainer_matrix() if trainers else matrix(quick, vlm)
+        cells = trainer_matrix() if trainers else matrix(quick, vlm, only_optimizers)
     for model, kw in cells:
         if time.perf_counter() - start > max_minutes * 60:
             rows.append({"model": model, "setup": kw, "skipped": "time budget reached"})
@@ -173,6 +195,12 @@ def summarize(rows: list[dict]) -> dict:
     if per_trainer:
         out["per_trainer"] = {t: {"n": len(e), "median_abs_error": statistics.median(e), "worst_abs_error": max(e)}
                               for t, e in per_trainer.items()}
+    per_optimizer = {}
+    for r in done:
+        if "optimizer" in r["setup"]:
+            per_optimizer.setdefault(r["setup"]["optimizer"], []).append(abs(r["peak_allocated_error"]))
+    out["per_optimizer"] = {o: {"n": len(e), "median_abs_error": statistics.median(e), "worst_abs_error": max(e)}
+                            for o, e in per_optimizer.items()}
     per_model = {}
     for r in done:
         per_model.setdefault(r["model"], []).append(abs(r["peak_allocated_error"]))
@@ -208,6 +236,10 @@ def markdown(report: dict, quick: bool, vlm: bool = False) -> str:
             lines += ["", "| method | n | median | worst |", "|---|---|---|---|"]
             for m in methods:
                 lines.append(f"| {m} | {s[m]['n']} | {s[m]['median_abs_error']:.2%} | {s[m]['worst_abs_error']:.2%} |")
+    if s.get("per_optimizer"):
+        lines += ["", "| optimizer (full fine-tuning) | n | median | worst |", "|---|---|---|---|"]
+        for opt, st in s["per_optimizer"].items():
+            lines.append(f"| {opt} | {st['n']} | {st['median_abs_error']:.2%} | {st['worst_abs_error']:.2%} |")
     worst = sorted((r for r in report["rows"] if "peak_allocated_error" in r),
                    key=lambda r: -abs(r["peak_allocated_error"]))[:10]
     lines += ["", "Worst setups (which component is off):", "",
@@ -232,6 +264,8 @@ def main() -> None:
     parser.add_argument("--trainers", action="store_true",
                         help="the preference trainers (dpo, ipo, kto) through TRL's own loss, not the SFT matrix")
     parser.add_argument("--vlm", action="store_true", help="the vision-language models' matrix only")
+    parser.add_argument("--optimizers", action="store_true",
+                        help="only the memory-saving optimizers' rows (results in accuracy_vs_trace_optimizers.*)")
     parser.add_argument("--max-minutes", type=float, default=90.0)
     parser.add_argument("--peft-only", action="store_true",
                         help="trace only the PEFT-method cells and merge them into the saved results")
@@ -241,6 +275,7 @@ def main() -> None:
                         help="exit 1 if the median peak error exceeds this fraction or a setup fails to trace")
     args = parser.parse_args()
     name = ("accuracy_vs_trace_trainers" if args.trainers else "accuracy_vs_trace_vlm" if args.vlm else
+            "accuracy_vs_trace_optimizers" if args.optimizers else
             "accuracy_vs_trace_quick" if args.quick else "accuracy_vs_trace")
     if args.render_only:
         report = json.loads((RESULTS / f"{name}.json").read_text())
@@ -252,7 +287,8 @@ def main() -> None:
                 if r["setup"]["method"] not in PEFT_METHODS]
         report = {"rows": kept + fresh, "summary": summarize(kept + fresh)}
     else:
-        report = run(args.quick, args.max_minutes, trainers=args.trainers, vlm=args.vlm)
+        report = run(args.quick, args.max_minutes, trainers=args.trainers, vlm=args.vlm,
+                     only_optimizers=args.optimizers)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     (RESULTS / f"{name}.md").write_text(markdown(report, args.quick, args.vlm))

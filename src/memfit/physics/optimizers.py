@@ -110,9 +110,14 @@ class OptimizerFacts:
     package: str                      # the PyPI package and version the numbers were read from
     keeps: str                        # one line for the README: what lives in memory
     state: Callable[[Shape, int, Knobs], int]       # persistent bytes for one tensor (param bytes p)
-    step_temp: Callable[[Shape, int, Knobs], int]   # temporaries of that tensor's update
+    # temporaries of one tensor's update, given what the loop's locals still hold of the previous tensor's
+    step_temp: Callable[[Shape, int, Knobs, int], int]
+    # what the loop's locals keep of a tensor's update while the next tensor is processed (a Python for-loop
+    # reassigns `update`, `denom`, ... only when it reaches them again)
+    leftover: Callable[[Shape, int, Knobs], int] = lambda s, p, k: 0
     grads_freed_in_backward: bool = False
     full_only: bool = False           # projects or classifies full weight matrices: method full
+    targets_last: bool = False        # the Trainer's low-rank groups: the projected matrices after everything else
     bnb: bool = False                 # bitsandbytes kernels: the trace adds its state from the layout
     shared_bytes: int = 0             # once per optimizer (bitsandbytes' quantization maps)
 
@@ -154,16 +159,28 @@ def _svd_temp(s: Shape, p: int, r: int) -> int:
     thin SVD U, S, Vh in fp32, and the rank-r factor in fp32."""
     small, big = min(s.rows, s.cols), max(s.rows, s.cols)
     copy = 4 * s.numel if p != 4 else 0
-    return copy + 4 * (s.rows * small + small + small * s.cols) + 4 * r * big + 4 * r * r
+    # + diag(s[:r]) and the fp32 r x big factor, and the other factor cast to the param dtype. LAPACK's (cuSOLVER's)
+    # own workspace is not counted.
+    return copy + 4 * (s.rows * small + small + small * s.cols) + 4 * r * big + 4 * r * r + p * r * small
 
 
-def _galore_temp(s: Shape, p: int, k: Knobs) -> int:
+def _galore_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     if not _low_rank_target(s):
-        return _adam_loop(s, p)[1]
+        return _adam_loop(s, p)[1] + prev
     r, big, _ = _projected(s, k.galore_rank)
-    # low-rank grad, denom, exp_avg/denom (r x big each), then project_back and its * scale (full size each)
+    # low-rank grad, denom, exp_avg/denom (r x big each), then project_back and its * scale (full size each): by
+    # then the previous tensor's locals are reassigned. The projection refresh runs before that, with them alive.
     update = p * (3 * r * big + 2 * s.numel)
-    return max(update, _svd_temp(s, p, r))
+    return max(update, _svd_temp(s, p, r) + prev)
+
+
+def _low_rank_leftover(rank_of: Callable[[Knobs], int]):
+    def leftover(s: Shape, p: int, k: Knobs) -> int:
+        if not _low_rank_target(s):
+            return 2 * p * s.numel                  # Adam's denom and exp_avg / denom
+        r, big, _ = _projected(s, rank_of(k))
+        return p * (s.numel + r * big)              # the full-size update and the r x big denom
+    return leftover
 
 
 def _galore8_state(s: Shape, p: int, k: Knobs) -> int:
@@ -173,13 +190,13 @@ def _galore8_state(s: Shape, p: int, k: Knobs) -> int:
     return (_bnb8(r * big, 2) + p * r * small) * s.count
 
 
-def _galore8_temp(s: Shape, p: int, k: Knobs) -> int:
+def _galore8_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     if not _low_rank_target(s):
         return 0
     r, big, _ = _projected(s, k.galore_rank)
     # adamw8bit.py:55-57: p.data.clone() while the weight and the full gradient are alive; p.grad is then the
     # projected one (the full gradient is freed); project_back and * scale are full size.
-    return max(p * s.numel + 2 * p * r * big, p * (2 * s.numel + r * big), _svd_temp(s, p, r))
+    return max(p * s.numel + 2 * p * r * big, p * (2 * s.numel + r * big), _svd_temp(s, p, r) + p * s.numel)
 
 
 # -- APOLLO ------------------------------------------------------------------------------------------------------
@@ -192,13 +209,13 @@ def _apollo_state(s: Shape, p: int, k: Knobs) -> int:
     return (p * (2 * r * big + r * small) + p) * s.count
 
 
-def _apollo_temp(s: Shape, p: int, k: Knobs) -> int:
+def _apollo_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     if not _low_rank_target(s):
-        return _adam_loop(s, p)[1]
+        return _adam_loop(s, p)[1] + prev
     r, big, small = _projected(s, k.apollo_rank)
     # projection update: an fp32 copy of the gradient, the fp32 randn and its / sqrt(rank), then the param-dtype
     # cast; update: low-rank grad, denom, norm_grad, then p.grad * scaling and / limiter (full size each)
-    refresh = (4 * s.numel if p != 4 else 0) + 2 * 4 * r * small + p * r * small
+    refresh = (4 * s.numel if p != 4 else 0) + 2 * 4 * r * small + p * r * small + prev
     return max(refresh, p * (3 * r * big + 2 * s.numel))
 
 
@@ -213,19 +230,17 @@ def _muon_handles(s: Shape, k: Knobs) -> bool:
 def _muon_state(s: Shape, p: int, k: Knobs) -> int:
     if _muon_handles(s, k):
         return p * s.numel * s.count       # momentum_buffer
-    return 2 * p * s.numel * s.count       # torch AdamW(fused=True) for the rest: exp_avg, exp_avg_sq
+    # torch AdamW(fused=True) for the rest: exp_avg, exp_avg_sq and the fp32 0-dim step (torch/optim/adam.py)
+    return (2 * p * s.numel + 4) * s.count
 
 
-def _muon_temp(s: Shape, p: int, k: Knobs) -> int:
+def _muon_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     if not _muon_handles(s, k):
         return 0
     small = min(s.rows, s.cols)
-    # nesterov grad.lerp(buf) (param dtype); its bf16 copy when the param is not bf16; then each Newton-Schulz
-    # iteration: the gram matrix and its update (small x small, bf16) and the next iterate while the previous
-    # one is alive
-    lerp = p * s.numel
-    bf16 = 2 * s.numel if p != 2 else 0
-    return lerp + bf16 + 2 * 2 * s.numel + 3 * 2 * small * small
+    # nesterov grad.lerp(buf) (param dtype, held by the caller); each Newton-Schulz iteration makes the gram matrix
+    # and its update (small x small, bf16) and the next bf16 iterate while the previous one is alive
+    return p * s.numel + 2 * 2 * s.numel + 2 * 2 * small * small
 
 
 # -- Adam-mini ---------------------------------------------------------------------------------------------------
@@ -249,7 +264,7 @@ def _adam_mini_state(s: Shape, p: int, k: Knobs) -> int:
     return p * (s.numel + _adam_mini_v(s, k)) * s.count
 
 
-def _adam_mini_temp(s: Shape, p: int, k: Knobs) -> int:
+def _adam_mini_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     # grad * grad before its row mean, then update = m * stepsize and -update (full size each)
     return 2 * p * s.numel
 
@@ -260,7 +275,7 @@ def _lion_state(s: Shape, p: int, k: Knobs) -> int:
     return p * s.numel * s.count
 
 
-def _lion_temp(s: Shape, p: int, k: Knobs) -> int:
+def _lion_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     return 2 * p * s.numel      # exp_avg.clone() and .add(grad) (not in place) before sgn_()
 
 
@@ -279,41 +294,51 @@ def _came_state(s: Shape, p: int, k: Knobs) -> int:
     return (4 * (s.numel + second) + p) * s.count
 
 
-def _came_temp(s: Shape, p: int, k: Knobs) -> int:
-    # the fp32 gradient copy, then (update - exp_avg)**2 + eps with update alive: four fp32 tensors at once
+def _came_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
+    # the fp32 gradient copy, then (update - exp_avg)**2 with update alive: four fp32 tensors at once, on top of
+    # the previous tensor's `update` and `res`
     copy = 4 * s.numel if p != 4 else 0
-    return copy + 3 * 4 * s.numel
+    return copy + 3 * 4 * s.numel + prev
 
 
-def _zero(s: Shape, p: int, k: Knobs) -> int:
+def _came_leftover(s: Shape, p: int, k: Knobs) -> int:
+    return 2 * 4 * s.numel                          # `update` and `res` (fp32)
+
+
+def _zero(s: Shape, p: int, k: Knobs, prev: int = 0) -> int:
     return 0
 
 
-def _lomo_temp(s: Shape, p: int, k: Knobs) -> int:
-    # grad.to(float32) and p.data.to(float32) (aliases when already fp32)
-    return 2 * 4 * s.numel if p != 4 else 0
+def _lomo_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
+    # grad.to(float32) and p.data.to(float32), less the 16-bit gradient it frees at once (p.grad = None); both are
+    # aliases when the parameter is already fp32
+    return (8 - p) * s.numel if p != 4 else 0
 
 
 def _adalomo_state(s: Shape, p: int, k: Knobs) -> int:
     return 4 * ((s.rows + s.cols) if _factored(s) else s.numel) * s.count
 
 
-def _adalomo_temp(s: Shape, p: int, k: Knobs) -> int:
-    # fp32 grad copy, grad**2 + eps, the rank-1 approximation times grad, and the fp32 param copy
-    copy = 4 * s.numel if p != 4 else 0
-    return copy + 3 * 4 * s.numel
+def _adalomo_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
+    # three fp32 tensors at once (the gradient copy, grad**2 and its + eps; or the copy, the update and the fp32
+    # param copy), less the 16-bit gradient freed at once; fp32 parameters: the copies are aliases, two remain
+    if p == 4:
+        return 2 * 4 * s.numel
+    return 3 * 4 * s.numel - p * s.numel
 
 
 OPTIMIZER_FACTS: dict[str, OptimizerFacts] = {f.name: f for f in (
     OptimizerFacts("galore", "galore-torch 1.0 GaLoreAdamW", "Adam moments of the rank-r projected gradient + the "
                    "r x min(m,n) projection per decoder matrix; plain Adam moments for embeddings, head, norms",
-                   _galore_state, _galore_temp, full_only=True),
+                   _galore_state, _galore_temp, _low_rank_leftover(lambda k: k.galore_rank), full_only=True,
+                   targets_last=True),
     OptimizerFacts("galore-8bit", "galore-torch 1.0 GaLoreAdamW8bit (bitsandbytes 0.50.2)", "as galore with the "
                    "moments in bitsandbytes blockwise 8 bits (fp32 below 4096 elements)", _galore8_state,
-                   _galore8_temp, full_only=True, bnb=True, shared_bytes=2 * BNB_QMAP_BYTES),
+                   _galore8_temp, full_only=True, bnb=True, shared_bytes=2 * BNB_QMAP_BYTES, targets_last=True),
     OptimizerFacts("apollo", "apollo-torch 1.0.3 APOLLOAdamW", "Adam moments of a rank-r random projection of "
                    "each decoder matrix's gradient + the projection; plain Adam moments elsewhere",
-                   _apollo_state, _apollo_temp, full_only=True),
+                   _apollo_state, _apollo_temp, _low_rank_leftover(lambda k: k.apollo_rank), full_only=True,
+                   targets_last=True),
     OptimizerFacts("muon", "torch 2.13.0 torch.optim.Muon + AdamW(fused)", "one momentum buffer per decoder "
                    "matrix (Newton-Schulz temporaries in bf16); AdamW moments for embeddings, head and 1-D tensors",
                    _muon_state, _muon_temp),
@@ -325,7 +350,7 @@ OPTIMIZER_FACTS: dict[str, OptimizerFacts] = {f.name: f for f in (
     OptimizerFacts("lion-8bit", "bitsandbytes 0.50.2 Lion8bit", "one momentum in blockwise 8 bits (fp32 below "
                    "4096 elements)", _lion8_state, _zero, bnb=True, shared_bytes=BNB_QMAP_BYTES),
     OptimizerFacts("came", "came-pytorch 0.1.3 CAME", "fp32 first moment in full + factored (row and column) "
-                   "fp32 second moment and instability for matrices", _came_state, _came_temp),
+                   "fp32 second moment and instability for matrices", _came_state, _came_temp, _came_leftover),
     OptimizerFacts("lomo", "lomo-optim 0.1.1 Lomo", "no state: each parameter is updated and its gradient freed "
                    "inside backward (fp32 copies of one tensor at a time)", _zero, _lomo_temp,
                    grads_freed_in_backward=True),
@@ -349,11 +374,28 @@ def state_bytes(spec: ModelSpec, setup, stack: Stack) -> tuple[int, str]:
     return total, f"{facts.keeps} ({facts.package})"
 
 
+def step_order(spec: ModelSpec, stack: Stack, facts: OptimizerFacts) -> list[Shape]:
+    """One tensor after another as the step visits them: model order (embeddings, each layer's linears and
+    vectors, final norm, head; two layers stand for all, as they repeat); the low-rank optimizers' Trainer
+    groups put every non-target tensor before the targets (trainer_optimizer.py:147-150)."""
+    shapes = trainable_shapes(spec, stack)
+    per_layer = [s for s in shapes if s.role in ("matrix", "experts") or (s.role == "vector" and s.count > 1)]
+    first = [s for s in shapes if s.role == "embedding"]
+    last = [s for s in shapes if s not in per_layer and s not in first]
+    order = first + per_layer + per_layer + last
+    if facts.targets_last:
+        order = [s for s in order if not _low_rank_target(s)] + [s for s in order if _low_rank_target(s)]
+    return order
+
+
 def step_temp_bytes(spec: ModelSpec, setup, stack: Stack) -> tuple[int, str]:
     facts = OPTIMIZER_FACTS[setup.optimizer]
     p = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
     k = knobs_for(spec, setup)
-    largest = max(facts.step_temp(s, p, k) for s in trainable_shapes(spec, stack))
+    largest, prev = 0, 0
+    for s in step_order(spec, stack, facts):
+        largest = max(largest, facts.step_temp(s, p, k, prev))
+        prev = facts.leftover(s, p, k)
     where = "inside backward" if facts.grads_freed_in_backward else "inside optimizer.step()"
     return largest, f"{facts.package}: one tensor at a time {where}; the largest tensor's temporaries"
 

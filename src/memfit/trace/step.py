@@ -24,6 +24,8 @@ from .tracker import PeakTracker
 from .vision import fake_constants
 
 from ..options import BNB_OPTIMIZERS  # noqa: E402  (bitsandbytes states are accounted, not traced)
+from ..physics.optimizers import OPTIMIZER_FACTS  # noqa: E402
+from . import optimizers as trace_optimizers  # noqa: E402
 
 
 def _cuda_like_dropout(x, p=0.5, training=True, inplace=False):
@@ -34,8 +36,11 @@ def _cuda_like_dropout(x, p=0.5, training=True, inplace=False):
     return x * mask * (1.0 / (1.0 - p))
 
 
-def make_optimizer(params: list, setup: TrainingSetup):
+def make_optimizer(params: list, setup: TrainingSetup, model: nn.Module | None = None):
     opt = setup.optimizer
+    facts = OPTIMIZER_FACTS.get(opt)
+    if facts and not facts.bnb:                 # GaLore, APOLLO, Muon, Adam-mini, Lion, CAME, LOMO (trace/optimizers)
+        return trace_optimizers.make(opt, model, setup)
     if opt == "adamw":
         return torch.optim.AdamW(params, lr=1e-5, foreach=True)
     if opt == "adamw-fused":
@@ -221,13 +226,13 @@ def run_steps(spec: ModelSpec, setup: TrainingSetup, stack: Stack, built: Built,
         p.register_post_accumulate_grad_hook(lambda p: tracker.retag(p.grad, "gradients"))
     install_hooks(model, built, tracker)
     bnb_state = 0
-    if setup.optimizer in BNB_OPTIMIZERS:
+    if setup.optimizer in BNB_OPTIMIZERS or getattr(OPTIMIZER_FACTS.get(setup.optimizer), "bnb", False):
         bnb_state, paged, _ = states.optimizer_state_bytes(spec, setup, stack)
         accounted.append(f"bitsandbytes {setup.optimizer} state from its layout ({bnb_state:,} B on the device"
                          + (f", {paged:,} B paged" if paged else "") + ")")
     try:
         with cuda_like_kernels(setup, tracker), fake_constants(spec), fake, tracker:
-            optimizer = make_optimizer(trainable, setup)
+            optimizer = make_optimizer(trainable, setup, model)
             inputs = make_inputs(spec, setup)
             for t in inputs.values():
                 tracker.add(t, "inputs")
