@@ -22,7 +22,7 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     import peft
 
     method = setup.method
-    names = sorted({m.linear.name for m in stack.lora_modules})
+    names = target_names(spec, stack)
     layers = {}
     if stack.lora_layers < spec.num_layers:
         layers["layers_to_transform"] = list(range(spec.num_layers - stack.lora_layers, spec.num_layers))
@@ -36,7 +36,7 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
         return peft.AdaLoraConfig(init_r=r, target_r=max(1, r * 2 // 3), lora_alpha=2 * r,
                                   lora_dropout=setup.lora_dropout, total_step=1000, **common)
     if method == "ia3":
-        ff = sorted({m.linear.name for m in stack.lora_modules if set(m.linear.parts) & FEEDFORWARD_PARTS})
+        ff = target_names(spec, stack, FEEDFORWARD_PARTS)
         return peft.IA3Config(feedforward_modules=ff, **common)
     if method == "loha":
         return peft.LoHaConfig(r=r, alpha=r, **common)
@@ -64,6 +64,25 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     if method == "prefix":
         return peft.PrefixTuningConfig(num_virtual_tokens=n, task_type="CAUSAL_LM")
     raise AssertionError(f"no PEFT config for method {method}")   # options.PEFT_METHODS lists those handled
+
+
+def target_names(spec: ModelSpec, stack: Stack, parts=None) -> list[str]:
+    """PEFT target_modules for the adapted Linears (those serving `parts`, when given). A name two Linears share
+    (GPT-2's attn.c_proj and mlp.c_proj) is qualified by its parent, since PEFT matches names as suffixes."""
+    from ..params import layer_linears
+
+    counts: dict[str, int] = {}
+    for lin in layer_linears(spec):
+        counts[lin.name] = counts.get(lin.name, 0) + 1
+    out = set()
+    for m in stack.lora_modules:
+        if parts is not None and not set(m.linear.parts) & parts:
+            continue
+        name = m.linear.name
+        if counts[name] > 1:
+            name = ("attn." if set(m.linear.parts) <= {"q", "k", "v", "o"} else "mlp.") + name
+        out.add(name)
+    return sorted(out)
 
 
 def apply(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):

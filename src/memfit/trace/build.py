@@ -107,7 +107,7 @@ def _decoder_layers(model: nn.Module) -> list[nn.Module]:
 def _apply_lora(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     from peft import LoraConfig, get_peft_model
 
-    names = sorted({m.linear.name for m in stack.lora_modules})
+    names = adapters.target_names(spec, stack)
     kwargs = {}
     if stack.lora_layers < spec.num_layers:
         kwargs["layers_to_transform"] = list(range(spec.num_layers - stack.lora_layers, spec.num_layers))
