@@ -160,7 +160,8 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         mixed_casts -= 2 * sum(lin.weight_params for lin in first)
     if setup.quantized_base and stack.autocast and stack.kbit_upcast:
         mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
-    adapter_casts = states.adapter_saved_weight_bytes(spec, stack)
+    adapter_casts = states.adapter_cast_bytes(spec, stack)
+    adapter_saved = states.adapter_saved_weight_bytes(spec, stack)     # per layer, like activations
     per = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
     grads = states.gradient_bytes(spec, setup, stack)
     head_grad = ((counts.lm_head or spec.vocab_size * spec.hidden_size) + counts.final_norm) * per \
@@ -172,9 +173,9 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         grads=grads, opt=opt_state, paged=paged, step_temp=step_temp,
         layer_coeffs=act.layer_coefficients(spec, setup, stack), adapted_layers=act.adapted_layers(spec, stack),
         head_coeff=act.head_coefficient(spec, setup, stack),
-        casts=mixed_casts + adapter_casts, weight_casts=mixed_casts, adapter_casts=adapter_casts,
+        casts=mixed_casts + adapter_casts + adapter_saved, weight_casts=mixed_casts, adapter_casts=adapter_casts,
         head_cast=2 * spec.vocab_size * spec.hidden_size if mixed_casts else 0,
-        layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1),
+        layer_casts=layer_casts + (adapter_casts + adapter_saved) // max(spec.num_layers, 1),
         head_grad=min(head_grad, grads), embed_grad=min(embed_grad, grads),
         trainable_params=states.trainable_params(spec, stack), download=counts.total * 2, params=spec.params,
         tied_grad_extra=2 * spec.vocab_size * spec.hidden_size * per,

@@ -17,7 +17,14 @@ from ..setup import TrainingSetup
 from ..spec import ModelSpec
 
 
-def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
+def _norm_names(model) -> list[str]:
+    """Names of the norm modules outside attention (no q/k norms), as PEFT target suffixes."""
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if "Norm" in type(module).__name__ and ".attn" not in name and ".self_attn" not in name
+                   and ".attention" not in name})
+
+
+def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack, model=None):
     """The PEFT config for `setup.method` (not LoRA/QLoRA, which trace/build.py applies)."""
     import peft
 
@@ -54,7 +61,12 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
         # target_modules None: PEFT's own per-family norm list (peft 0.21.2 utils/constants.py
         # TRANSFORMERS_MODELS_TO_LNTUNING_TARGET_MODULES_MAPPING, llama: input_layernorm, post_attention_layernorm,
         # norm).
-        return peft.LNTuningConfig(task_type="CAUSAL_LM")
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LNTUNING_TARGET_MODULES_MAPPING as known
+
+        # Families PEFT has no list for (GPT-NeoX): every norm of the layers and the final norm, as
+        # physics/adapters.py counts them.
+        return peft.LNTuningConfig(task_type="CAUSAL_LM",
+                                   target_modules=None if spec.model_type in known else _norm_names(model))
     n = setup.num_virtual_tokens
     if method == "prompt":
         return peft.PromptTuningConfig(num_virtual_tokens=n, task_type="CAUSAL_LM")
@@ -93,7 +105,7 @@ def apply(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     # to_empty cannot swap for a fake tensor. Build it on the meta device too. (Tuner layers follow their base
     # layer's device already, and BOFT computes its permutations with .item(), which the meta device refuses.)
     with torch.device("meta") if setup.method in VIRTUAL_TOKEN_METHODS else contextlib.nullcontext():
-        model = get_peft_model(model, peft_config(spec, setup, stack),
+        model = get_peft_model(model, peft_config(spec, setup, stack, model),
                                autocast_adapter_dtype=stack.adapter_bytes == 4)
     if "word_embeddings" in model._modules:
         # Prompt learning keeps the model's input embedding a second time as PeftModel.word_embeddings
