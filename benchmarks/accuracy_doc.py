@@ -110,7 +110,9 @@ KNOWN_GAPS = """## Known gaps and their causes
   training-only p99 is LoRA's too). BOFT is 13% over: the CPU trace of the same PEFT code keeps an fp32 in x in
   permutation buffer per module and three in x in bf16 matrices for backward, about 2 GiB more than that run's
   increase over LoRA; not settled without a GPU. OSF, TinyLoRA and LLaMA-Adapter rows are not modelled and are
-  listed below; torch.compile runs are not expressible either.
+  listed below; torch.compile runs are not expressible either. Against the trace, the methods that
+  materialize a delta weight (LoHa, LoKr, FourierFT) or rotate the input (OFT) are 2-3% over on GPT-NeoX
+  (pythia-160m), whose fused, partially rotary qkv LoRA's own walk already over-counts by 1.4%.
 - **MoE** activations assume even routing; the trace of data-dependent routing on fake tensors is not exact.
 - CPU-vs-CUDA differences the trace corrects for: optimizer implementation (passed explicitly), dropout masks
   (bool, as CUDA), attention dropout inside flash kernels, SDPA's math path in the input dtype (Falcon-7B), the

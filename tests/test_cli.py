@@ -104,7 +104,7 @@ BAD = [
     (["estimate", "llama-3.1-8b", "--batch-size", "99999999"], 1, "absurdly large"),
     (["estimate", "llama-3.1-8b", "--method", "full", "--quant", "nf4"], 1, "--quant only applies to --method qlora"),
     (["estimate", "llama-3.1-8b", "--method", "full", "--lora-rank", "8"], 1,
-     "--lora-rank only applies to --method lora or qlora (method is full)"),
+     "--lora-rank only applies to --method lora or qlora or dora"),
     (["estimate", "llama-3.1-8b", "--gpu", "rtx-4090", "--mac", "36GB"], 1, "exactly one"),
     (["estimate", "llama-3.1-8b", "--gpu", "rtx4090x"], 1, "unknown GPU"),
     (["estimate", "llama-3.1-8b", "--memory", "24"], 1, "no unit"),

@@ -99,8 +99,10 @@ def test_schema_comes_from_the_options_table(server):
     assert status == 200
     for option in SETUP_OPTIONS:
         assert option.name in props
-    assert props["method"]["enum"] == ["full", "lora", "qlora"] and props["seq_len"]["default"] == 2048
-    assert props["lora_rank"]["x-methods"] == ["lora", "qlora"] and "dataset" not in props
+    assert props["method"]["enum"][:3] == ["full", "lora", "qlora"] and "dora" in props["method"]["enum"]
+    assert props["seq_len"]["default"] == 2048
+    assert props["lora_rank"]["x-methods"][:2] == ["lora", "qlora"] and "ia3" not in props["lora_rank"]["x-methods"]
+    assert "dataset" not in props
 
 
 BAD = [

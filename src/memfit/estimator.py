@@ -211,7 +211,8 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     fp32_adapters_cast = stack.autocast and stack.adapter_bytes == 4
     # LoRA on lm_head / the embedding sits outside the checkpointed layers: its casts are saved either way.
     outer_casts = 2 * lora_outer.cast_params(stack.outer_lora) if fp32_adapters_cast else 0
-    adapter_casts = states.adapter_saved_weight_bytes(spec, stack) + outer_casts
+    adapter_casts = states.adapter_cast_bytes(spec, stack) + outer_casts
+    adapter_saved = states.adapter_saved_weight_bytes(spec, stack)     # per layer, like activations
     # LoRA on fused experts folds W + s*B@A into a new expert stack per layer, saved like a weight cast.
     expert_delta = moe.expert_delta_weight_bytes(spec, stack)
     expert_casts = moe.expert_saved_delta_bytes(spec, stack)
@@ -228,10 +229,10 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         head_coeff=act.head_coefficient(spec, setup, stack),
         quant_saved_per_token=quantized_base.saved_per_token_bytes(spec, setup, stack),
         quant_saved_per_layer=quantized_base.saved_per_layer_bytes(spec, setup),
-        casts=mixed_casts + adapter_casts + expert_casts, weight_casts=mixed_casts, adapter_casts=adapter_casts,
-        outer_casts=outer_casts,
+        casts=mixed_casts + adapter_casts + adapter_saved + expert_casts, weight_casts=mixed_casts,
+        adapter_casts=adapter_casts, outer_casts=outer_casts,
         head_cast=2 * spec.vocab_size * spec.hidden_size if mixed_casts and not fused_head else 0,
-        layer_casts=layer_casts + adapter_casts // max(spec.num_layers, 1) + expert_delta,
+        layer_casts=layer_casts + (adapter_casts + adapter_saved) // max(spec.num_layers, 1) + expert_delta,
         head_grad=min(head_grad, grads), embed_grad=min(embed_grad, grads),
         trainable_params=states.trainable_params(spec, stack), download=counts.total * 2, params=spec.params,
         tied_grad_extra=2 * spec.vocab_size * spec.hidden_size * per,

@@ -76,14 +76,21 @@ def adapter_weight_bytes(stack: Stack) -> int:
     return lora_params(stack) * stack.adapter_bytes + stack.lora_layers * buffers
 
 
+def adapter_cast_bytes(spec: ModelSpec, stack: Stack) -> int:
+    """16-bit casts of fp32 adapter weights under autocast, which autocast's cache keeps (leaf tensors that need
+    grad) until the forward ends, checkpointing or not (physics/adapters.py autocast_cast_elements)."""
+    if not (stack.autocast and stack.adapter_bytes == 4):
+        return 0
+    # A 3-D expert parameter's adapter is one pair per expert (Linear.copies).
+    per_layer = sum(adapters.autocast_cast_elements(m.kind, m.linear.d_in, m.linear.d_out, m.rank) * m.linear.copies
+                    for m in stack.lora_modules)
+    return 2 * (stack.lora_layers * per_layer + adapters.extra_cast_elements(spec, stack.method))
+
+
 def adapter_saved_weight_bytes(spec: ModelSpec, stack: Stack) -> int:
-    """Weight-sized tensors of the adapters kept until backward: 16-bit casts of fp32 adapter weights under
-    autocast, and the delta weights some methods materialize and hand to F.linear (physics/adapters.py)."""
-    casts = extra = 0
-    if stack.autocast and stack.adapter_bytes == 4:
-        casts = 2 * sum(adapters.autocast_cast_elements(m.kind, m.linear.d_in, m.linear.d_out, m.rank)
-                        for m in stack.lora_modules)
-        extra = 2 * adapters.extra_cast_elements(spec, stack.method)
+    """Weight-sized tensors the adapters save for backward inside the layers (delta weights, rotations, ...):
+    like activations, under checkpointing only the recomputed layer's exist (physics/adapters.py
+    saved_per_module)."""
     always = grad_only = 0
     for m in stack.lora_modules:
         a, g = adapters.saved_per_module(m.kind, m.linear.d_in, m.linear.d_out, m.rank, stack.autocast,
@@ -92,7 +99,7 @@ def adapter_saved_weight_bytes(spec: ModelSpec, stack: Stack) -> int:
     # In the first layer (when it is adapted) the input comes from the frozen embedding and needs no gradient:
     # F.linear keeps the weight only to compute the input's gradient.
     grad_layers = stack.lora_layers - (1 if stack.lora_layers == spec.num_layers else 0)
-    return stack.lora_layers * (casts + always) + grad_layers * grad_only + extra
+    return stack.lora_layers * always + grad_layers * grad_only
 
 
 def trainable_params(spec: ModelSpec, stack: Stack) -> int:

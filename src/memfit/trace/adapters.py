@@ -17,12 +17,19 @@ from ..setup import TrainingSetup
 from ..spec import ModelSpec
 
 
-def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
+def _norm_names(model) -> list[str]:
+    """Names of the norm modules outside attention (no q/k norms), as PEFT target suffixes."""
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if "Norm" in type(module).__name__ and ".attn" not in name and ".self_attn" not in name
+                   and ".attention" not in name})
+
+
+def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack, model=None):
     """The PEFT config for `setup.method` (not LoRA/QLoRA, which trace/build.py applies)."""
     import peft
 
     method = setup.method
-    names = sorted({m.linear.name for m in stack.lora_modules})
+    names = target_names(spec, stack)
     layers = {}
     if stack.lora_layers < spec.num_layers:
         layers["layers_to_transform"] = list(range(spec.num_layers - stack.lora_layers, spec.num_layers))
@@ -36,7 +43,7 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
         return peft.AdaLoraConfig(init_r=r, target_r=max(1, r * 2 // 3), lora_alpha=2 * r,
                                   lora_dropout=setup.lora_dropout, total_step=1000, **common)
     if method == "ia3":
-        ff = sorted({m.linear.name for m in stack.lora_modules if set(m.linear.parts) & FEEDFORWARD_PARTS})
+        ff = target_names(spec, stack, FEEDFORWARD_PARTS)
         return peft.IA3Config(feedforward_modules=ff, **common)
     if method == "loha":
         return peft.LoHaConfig(r=r, alpha=r, **common)
@@ -54,7 +61,12 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
         # target_modules None: PEFT's own per-family norm list (peft 0.21.2 utils/constants.py
         # TRANSFORMERS_MODELS_TO_LNTUNING_TARGET_MODULES_MAPPING, llama: input_layernorm, post_attention_layernorm,
         # norm).
-        return peft.LNTuningConfig(task_type="CAUSAL_LM")
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LNTUNING_TARGET_MODULES_MAPPING as known
+
+        # Families PEFT has no list for (GPT-NeoX): every norm of the layers and the final norm, as
+        # physics/adapters.py counts them.
+        return peft.LNTuningConfig(task_type="CAUSAL_LM",
+                                   target_modules=None if spec.model_type in known else _norm_names(model))
     n = setup.num_virtual_tokens
     if method == "prompt":
         return peft.PromptTuningConfig(num_virtual_tokens=n, task_type="CAUSAL_LM")
@@ -66,6 +78,25 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     raise AssertionError(f"no PEFT config for method {method}")   # options.PEFT_METHODS lists those handled
 
 
+def target_names(spec: ModelSpec, stack: Stack, parts=None) -> list[str]:
+    """PEFT target_modules for the adapted Linears (those serving `parts`, when given). A name two Linears share
+    (GPT-2's attn.c_proj and mlp.c_proj) is qualified by its parent, since PEFT matches names as suffixes."""
+    from ..params import layer_linears
+
+    counts: dict[str, int] = {}
+    for lin in layer_linears(spec):
+        counts[lin.name] = counts.get(lin.name, 0) + 1
+    out = set()
+    for m in stack.lora_modules:
+        if parts is not None and not set(m.linear.parts) & parts:
+            continue
+        name = m.linear.name
+        if counts[name] > 1:
+            name = ("attn." if set(m.linear.parts) <= {"q", "k", "v", "o"} else "mlp.") + name
+        out.add(name)
+    return sorted(out)
+
+
 def apply(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     import torch
     from peft import get_peft_model
@@ -74,7 +105,7 @@ def apply(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     # to_empty cannot swap for a fake tensor. Build it on the meta device too. (Tuner layers follow their base
     # layer's device already, and BOFT computes its permutations with .item(), which the meta device refuses.)
     with torch.device("meta") if setup.method in VIRTUAL_TOKEN_METHODS else contextlib.nullcontext():
-        model = get_peft_model(model, peft_config(spec, setup, stack),
+        model = get_peft_model(model, peft_config(spec, setup, stack, model),
                                autocast_adapter_dtype=stack.adapter_bytes == 4)
     if "word_embeddings" in model._modules:
         # Prompt learning keeps the model's input embedding a second time as PeftModel.word_embeddings

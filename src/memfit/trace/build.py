@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import SourceError
-from ..options import PEFT_METHODS
+from ..options import ALL_TARGETS, PEFT_METHODS
 from ..physics.stack import Stack
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
@@ -124,7 +124,8 @@ def _decoder_layers(model: nn.Module, spec: ModelSpec) -> list[nn.Module]:
 def _apply_lora(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
     from peft import LoraConfig, get_peft_model
 
-    names = sorted({m.linear.name for m in stack.lora_modules if m.linear.parts != ("experts",)})
+    # Fused MoE experts are PEFT target_parameters, not target_modules (physics/moe.py).
+    names = adapters.target_names(spec, stack, parts=set(ALL_TARGETS))
     # LoRA on the embedding / lm_head (physics/lora_outer.py): their module names as this model spells them.
     outer = {m.linear.parts[0] for m in stack.outer_lora}
     for part, module in (("embed", model.get_input_embeddings()), ("head", model.get_output_embeddings())):
