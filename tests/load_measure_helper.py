@@ -1,5 +1,5 @@
 """Run in a fresh process by tests/test_load.py: save a random-weight checkpoint, load it back with transformers'
-from_pretrained on the CPU, and print the peak of the process's anonymous memory during the load (JSON).
+from_pretrained on the CPU, and print the peak of malloc's live bytes during the load (JSON).
 
 What the GPU would hold is made visible on the CPU this way:
 - the checkpoint is saved in another dtype than the one loaded, so every tensor is copied out of the safetensors
