@@ -26,6 +26,8 @@ def _value(option):
         return st.sampled_from(option.choices)
     if option.kind == "targets":
         return st.sampled_from([("q", "v"), ("q", "k", "v", "o"), ("q", "k", "v", "o", "gate", "up", "down")])
+    if option.kind == "text":          # a VLM's --image-size (refused on the text models sampled here)
+        return st.sampled_from(["640x480", "1920x1080"])
     if option.name == "seq_len":
         return st.sampled_from([128, 512, 1000, 2048, 4096, 8192])
     if option.name == "lora_dropout":

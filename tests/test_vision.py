@@ -93,6 +93,10 @@ def test_more_pixels_more_memory_and_image_tokens_reach_the_lm():
 def test_image_options_on_a_text_model_are_refused():
     with pytest.raises(InvalidSetupError, match="vision-language"):
         estimate(load_model("qwen2.5-0.5b"), TrainingSetup(image_size="640x480"))
+    with pytest.raises(InvalidSetupError, match="vision-language"):
+        estimate(load_model("qwen2.5-0.5b"), TrainingSetup(recipe="mlx", max_pixels=602112))
+    with pytest.raises(InvalidSetupError, match="mlx-vlm"):
+        estimate(load_model("qwen2.5-vl-3b"), TrainingSetup(recipe="mlx"))
 
 
 @pytest.mark.parametrize("bad", ["640", "0x480", "axb", "640x480x3"])

@@ -70,6 +70,7 @@ class Estimate:
 
 def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     """The peak memory of one steady-state training step on one GPU."""
+    vision_physics.check_text_model(spec, setup)
     if spec.is_rule_of_thumb:
         from .rule import estimate_rule
 
@@ -91,7 +92,6 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     cp.check_model(spec, setup)
     spec = _as_built_by(spec, setup)
     tower, user_setup = None, setup
-    vision_physics.check_text_model(spec, setup)
     if spec.vision is not None:
         # A VLM: the language model runs text + image tokens; the tower's parts join every phase.
         stack = resolve_stack(spec, setup)

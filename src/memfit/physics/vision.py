@@ -49,6 +49,9 @@ class VisionParts:
 def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
     """Image options on a text model are a mistake, not something to ignore."""
     given = [name for name in IMAGE_OPTIONS if name in setup.explicit]
+    if spec.vision is not None and setup.recipe == "mlx":
+        raise InvalidSetupError(Problem("recipe", f"{{recipe}} mlx: mlx-lm trains text models; {spec.name} is a "
+                                                  f"vision-language model (mlx-vlm is not modelled)"))
     if spec.vision is None and given:
         raise InvalidSetupError([Problem(name, f"{{{name}}} applies to vision-language models; {spec.name} is a "
                                                f"text model") for name in given])
