@@ -7,6 +7,7 @@ from pathlib import Path
 
 from memfit.components import readme_table
 from memfit.options import flag_reference
+from memfit.physics.optimizers import readme_table as optimizer_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -21,6 +22,9 @@ def main() -> None:
     head, rest = text.split("<!-- components -->\n", 1)
     _, tail = rest.split("\n<!-- /components -->", 1)
     text = head + "<!-- components -->\n" + readme_table() + "\n<!-- /components -->" + tail
+    head, rest = text.split("<!-- optimizers -->\n", 1)
+    _, tail = rest.split("\n<!-- /optimizers -->", 1)
+    text = head + "<!-- optimizers -->\n" + optimizer_table() + "\n<!-- /optimizers -->" + tail
     README.write_text(text)
 
 

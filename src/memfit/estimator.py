@@ -256,6 +256,9 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
                           "communication buffers": p["comm"]})
     phases["layer backward (top)"] = {**busy, "gradients": top_grads, "autocast weight copies": top_casts,
                                       **top_saved, **head, "backward temporaries": temps}
+    if setup.optimizer_in_backward:
+        # The update runs in each gradient's hook, while the layers below still hold their saved activations.
+        phases["layer backward (top)"]["optimizer step temporaries"] = p["step_temp"]
     if stack.base_trainable and not setup.optimizer_in_backward:
         # Near the bottom, almost every gradient exists (the embedding's comes last).
         phases["layer backward (bottom)"] = {**busy, "gradients": p["grads"] - p["embed_grad"],

@@ -311,8 +311,9 @@ def _zero(s: Shape, p: int, k: Knobs, prev: int = 0) -> int:
 
 def _lomo_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     # grad.to(float32) and p.data.to(float32), less the 16-bit gradient it frees at once (p.grad = None); both are
-    # aliases when the parameter is already fp32
-    return (8 - p) * s.numel if p != 4 else 0
+    # aliases when the parameter is already fp32. The hook runs when the next gradient is computed, before it is
+    # accumulated: that one is alive too (taken as the same size).
+    return ((8 - p) * s.numel if p != 4 else 0) + p * s.numel
 
 
 def _adalomo_state(s: Shape, p: int, k: Knobs) -> int:
@@ -323,8 +324,8 @@ def _adalomo_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     # three fp32 tensors at once (the gradient copy, grad**2 and its + eps; or the copy, the update and the fp32
     # param copy), less the 16-bit gradient freed at once; fp32 parameters: the copies are aliases, two remain
     if p == 4:
-        return 2 * 4 * s.numel
-    return 3 * 4 * s.numel - p * s.numel
+        return 2 * 4 * s.numel + p * s.numel        # + the next gradient, computed but not yet accumulated
+    return 3 * 4 * s.numel
 
 
 OPTIMIZER_FACTS: dict[str, OptimizerFacts] = {f.name: f for f in (
@@ -420,3 +421,12 @@ def optimizer_problems(setup) -> list[Problem]:
             out.append(Problem(knob, f"{{{knob}}} only applies to {{optimizer}} {' or '.join(users)} (optimizer is "
                                      f"{setup.optimizer})"))
     return out
+
+
+def readme_table() -> str:
+    """The README's optimizer table (tools/readme_flags.py writes it; a test checks it)."""
+    lines = ["| `--optimizer` | implementation | what it keeps in memory |", "|---|---|---|"]
+    for f in OPTIMIZER_FACTS.values():
+        needs = " Full fine-tuning only." if f.full_only else ""
+        lines.append(f"| {f.name} | {f.package} | {f.keeps}.{needs} |")
+    return "\n".join(lines)
