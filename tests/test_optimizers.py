@@ -121,7 +121,10 @@ def test_lomo_keeps_its_state_and_frees_each_gradient_in_backward(name, monkeypa
         temp = tracker.peak - before
         assert largest.grad is None             # freed inside the update
     assert optimizers.state_bytes(spec, setup, stack)[0] == kept
-    assert optimizers.step_temp_bytes(spec, setup, stack)[0] == pytest.approx(temp, rel=0.01)
+    # the formula also holds the next gradient, computed but not yet accumulated when the hook runs in backward;
+    # this isolated call has none
+    next_gradient = 2 * largest.numel()
+    assert optimizers.step_temp_bytes(spec, setup, stack)[0] == pytest.approx(temp + next_gradient, rel=0.01)
     # the estimate keeps one tensor's gradient at a time, not all of them
     from memfit.physics.states import gradient_bytes
 
