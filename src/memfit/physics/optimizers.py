@@ -416,6 +416,11 @@ def optimizer_problems(setup) -> list[Problem]:
             and not setup.optimizer_in_backward:
         out.append(Problem("optimizer_in_backward", f"{{optimizer}} {setup.optimizer} always updates inside "
                                                     "backward: {optimizer_in_backward} cannot be off"))
+    if facts and setup.shard.startswith("zero"):
+        # ZeRO steps the optimizer on flat 1-D fp32 partitions (deepspeed runtime/zero/stage_1_and_2.py:577), which
+        # these optimizers' per-matrix memory does not describe; FSDP2 keeps each parameter's shape.
+        out.append(Problem("shard", f"{{optimizer}} {setup.optimizer} is modelled on whole (or FSDP-sharded) "
+                                    f"tensors, not on DeepSpeed ZeRO's flat partitions: use {{shard}} fsdp or none"))
     for knob, users in _KNOB_OPTIMIZERS.items():
         if knob in setup.explicit and setup.optimizer not in users:
             out.append(Problem(knob, f"{{{knob}}} only applies to {{optimizer}} {' or '.join(users)} (optimizer is "
