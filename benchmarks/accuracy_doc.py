@@ -76,7 +76,8 @@ def versions() -> str:
 
 def main() -> None:
     parts = [HEADER, versions(), ""]
-    for name in ("accuracy_vs_trace.md", "accuracy_vs_trace_quick.md", "accuracy_vs_measured.md", "mlx_measure.md"):
+    for name in ("accuracy_vs_trace.md", "accuracy_vs_trace_quick.md", "accuracy_vs_trace_optimizers.md",
+                 "accuracy_vs_measured.md", "mlx_measure.md"):
         path = RESULTS / name
         if path.is_file():
             parts.append(path.read_text())
