@@ -194,9 +194,11 @@ def _galore8_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     if not _low_rank_target(s):
         return 0
     r, big, _ = _projected(s, k.galore_rank)
-    # adamw8bit.py:55-57: p.data.clone() while the weight and the full gradient are alive; p.grad is then the
-    # projected one (the full gradient is freed); project_back and * scale are full size.
-    return max(p * s.numel + 2 * p * r * big, p * (2 * s.numel + r * big), _svd_temp(s, p, r) + p * s.numel)
+    # adamw8bit.py:47-57: the projection (and its SVD refresh) with the full gradient alive; then p.data.clone()
+    # while the weight and the gradient are alive, after which p.grad is the projected one (the full gradient is
+    # freed); project_back and * scale are full size. Read from the source only: bitsandbytes' CPU path is not
+    # its CUDA kernel, so tests/test_optimizers.py checks this state but not these temporaries.
+    return max(p * s.numel + 2 * p * r * big, p * (2 * s.numel + r * big), _svd_temp(s, p, r))
 
 
 # -- APOLLO ------------------------------------------------------------------------------------------------------
