@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .params import count_params, layer_linears
 from .physics import activations as act
-from .physics import sharding, states
+from .physics import optimizers, sharding, states
 from .physics.loss import loss_memory
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
@@ -160,6 +160,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     static = dict(
         stack=stack, weights=weights, quant=quant_consts, adapter=states.lora_params(stack) * stack.adapter_bytes,
         grads=grads, opt=opt_state, paged=paged, step_temp=step_temp,
+        layer_step_temp=optimizers.layer_step_temp_bytes(spec, setup, stack),
         layer_coeffs=act.layer_coefficients(spec, setup, stack), adapted_layers=act.adapted_layers(spec, stack),
         head_coeff=act.head_coefficient(spec, setup, stack),
         casts=mixed_casts + adapter_casts, weight_casts=mixed_casts, adapter_casts=adapter_casts,
@@ -256,9 +257,9 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
                           "communication buffers": p["comm"]})
     phases["layer backward (top)"] = {**busy, "gradients": top_grads, "autocast weight copies": top_casts,
                                       **top_saved, **head, "backward temporaries": temps}
-    if setup.optimizer_in_backward:
-        # The update runs in each gradient's hook, while the layers below still hold their saved activations.
-        phases["layer backward (top)"]["optimizer step temporaries"] = p["step_temp"]
+    if p["layer_step_temp"]:
+        # LOMO's update runs in each gradient's hook, while the layers below still hold their saved activations.
+        phases["layer backward (top)"]["optimizer step temporaries"] = p["layer_step_temp"]
     if stack.base_trainable and not setup.optimizer_in_backward:
         # Near the bottom, almost every gradient exists (the embedding's comes last).
         phases["layer backward (bottom)"] = {**busy, "gradients": p["grads"] - p["embed_grad"],

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import Problem
+from ..errors import InvalidSetupError, Problem
 from ..params import count_params, layer_linears
 from ..spec import ModelSpec
 
@@ -256,7 +256,13 @@ def _adam_mini_v(s: Shape, k: Knobs) -> int:
         return s.rows                                   # one per token
     spec = k.spec
     if any(t in name for t in ("k_proj", "q_proj")) and spec is not None:
-        return s.numel * spec.num_heads // (spec.hidden_size * spec.hidden_size)   # one per head
+        # m.view(-1, dim * dim // n_heads) (adam_mini.py:256-257): one per "head" of hidden^2 / heads elements
+        head_numel = spec.hidden_size * spec.hidden_size // spec.num_heads
+        if s.numel % head_numel:
+            raise InvalidSetupError(Problem("optimizer", f"{{optimizer}} adam-mini cannot split {name} "
+                                                         f"({s.rows} x {s.cols}) into heads of hidden^2 / heads = "
+                                                         f"{head_numel} elements (adam-mini 1.1.1 fails the same way)"))
+        return s.numel // head_numel
     if any(t in name for t in ("v_proj", "o_proj", "mlp", "proj", "fc", "dense")) and s.cols > 1:
         return s.rows                                   # one per output neuron
     return 1                                            # norms: one for the tensor
@@ -401,6 +407,19 @@ def step_temp_bytes(spec: ModelSpec, setup, stack: Stack) -> tuple[int, str]:
         prev = facts.leftover(s, p, k)
     where = "inside backward" if facts.grads_freed_in_backward else "inside optimizer.step()"
     return largest, f"{facts.package}: one tensor at a time {where}; the largest tensor's temporaries"
+
+
+def layer_step_temp_bytes(spec: ModelSpec, setup, stack: Stack) -> int:
+    """For an optimizer that updates inside backward: the temporaries of a decoder layer's tensors, which run while
+    the layers below still keep their activations (the embedding's update comes last, when they are freed)."""
+    facts = OPTIMIZER_FACTS.get(setup.optimizer)
+    if not (facts and facts.grads_freed_in_backward):
+        return 0
+    p = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
+    k = knobs_for(spec, setup)
+    layer = [s for s in step_order(spec, stack, facts) if s.role not in ("embedding", "head") and
+             (s.role != "vector" or s.count > 1)]
+    return max((facts.step_temp(s, p, k, 0) for s in layer), default=0)
 
 
 IN_BACKWARD = tuple(name for name, f in OPTIMIZER_FACTS.items() if f.grads_freed_in_backward)
