@@ -136,7 +136,7 @@ def versions() -> str:
 def main() -> None:
     parts = [HEADER, versions(), ""]
     for name in ("accuracy_vs_trace.md", "accuracy_vs_trace_quick.md", "accuracy_vs_trace_trainers.md",
-                 "accuracy_vs_trace_vlm.md",
+                 "accuracy_vs_trace_vlm.md", "accuracy_vs_trace_optimizers.md",
                  "accuracy_vs_measured.md", "mlx_measure.md"):
         path = RESULTS / name
         if path.is_file():

@@ -122,6 +122,24 @@ def row_spec(row: dict) -> ModelSpec:
     return ModelSpec.from_hf_config(config, name=row["model_key"], source=f"measured.csv:{row['id']}")
 
 
+def optimizer_from_notes(row: dict) -> str:
+    """memfit's name for the optimizer an `other` row's notes name (GaLore, APOLLO, Muon, Lion, CAME, LOMO, ...;
+    physics/optimizers.py), or Unexpressible."""
+    import re
+
+    from memfit.options import OPTIMIZER_ALIASES
+    from memfit.physics.optimizers import OPTIMIZER_FACTS
+
+    for word in re.findall(r"[A-Za-z0-9_-]+", row["notes"]):
+        if word == "came":
+            continue                     # the English verb; the optimizer is written CAME
+        name = OPTIMIZER_ALIASES.get(word.lower(), word.lower())
+        if name in OPTIMIZER_FACTS:
+            return name
+    raise Unexpressible("optimizer 'other': its notes name none of the optimizers memfit models "
+                        f"({', '.join(OPTIMIZER_FACTS)})")
+
+
 def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
     """The memfit setup a row describes, and the approximations taken (empty when exact)."""
     notes = []
@@ -136,8 +154,7 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
     shard = row["shard"] if row["shard"] != "none" else ("ddp" if gpus > 1 else "none")
     if shard not in ("none", "ddp", "fsdp", "zero2", "zero3"):
         raise Unexpressible(f"sharding {row['shard']} has no memfit equivalent")
-    if row["optimizer"] == "other":
-        raise Unexpressible("optimizer 'other' has no memfit equivalent")
+    optimizer = row["optimizer"] if row["optimizer"] != "other" else optimizer_from_notes(row)
     if row["quant"] not in ("none", "nf4", "nf4-dq", "int8", "gptq-int4", "awq-int4"):
         raise Unexpressible(f"quantization {row['quant']} is not modelled")
     if row["quant"] != "none" and row["method"] == "full":
@@ -148,7 +165,7 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
     # LoRA on a quantized frozen base (LLM.int8, GPTQ, AWQ) is memfit's qlora with that --quant.
     method = "qlora" if row["quant"] != "none" and method == "lora" else method
     kw = dict(method=method, batch_size=int(row["micro_batch"]), seq_len=int(row["seq_len"]),
-              precision=row["precision"], optimizer=row["optimizer"], grad_ckpt=row["grad_ckpt"] == "1",
+              precision=row["precision"], optimizer=optimizer, grad_ckpt=row["grad_ckpt"] == "1",
               attn=row["attn"], chunked_ce=row["chunked_ce"] == "1",
               optimizer_in_backward=row["optimizer_in_backward"] == "1", gpus=gpus, shard=shard,
               grad_accum=litgpt_fsdp_grad_accum(row))

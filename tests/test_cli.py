@@ -110,7 +110,7 @@ BAD = [
     (["estimate", "llama-3.1-8b", "--memory", "24"], 1, "no unit"),
     (["estimate", "llama-3.1-8b", "--memory=-24GB"], 1, "not a size"),
     (["estimate", "llama-3.1-8b", "--memory", "5000TB"], 1, "larger than any"),
-    (["estimate", "llama-3.1-8b", "--optimizer", "lion"], 1, "optimizer 'lion'"),
+    (["estimate", "llama-3.1-8b", "--optimizer", "sophia"], 1, "optimizer 'sophia'"),
     (["estimate", "llama-3.1-8b", "--lora-targets", "q,zz"], 1, "--lora-targets unknown LoRA target zz"),
     (["estimate", "llama-3.1-8b", "--recipe", "nemo"], 1, "--recipe 'nemo' is not one of hf, trl, trl-1.14, trl-0.21, torchtune"),
     (["estimate", "llama-3.1-8b", "--gpus", "0"], 1, "--gpus must be at least 1"),

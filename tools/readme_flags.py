@@ -8,6 +8,7 @@ from pathlib import Path
 from memfit.components import readme_table
 from memfit.options import flag_reference
 from memfit.physics.adapters import method_table
+from memfit.physics.optimizers import readme_table as optimizer_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -24,6 +25,7 @@ def main() -> None:
         text = _replace(text, f"<!-- flags:{group} -->\n```\n", "\n```", flag_reference(group))
     text = _replace(text, "<!-- components -->\n", "\n<!-- /components -->", readme_table())
     text = _replace(text, "<!-- methods -->\n", "\n<!-- /methods -->", method_table())
+    text = _replace(text, "<!-- optimizers -->\n", "\n<!-- /optimizers -->", optimizer_table())
     README.write_text(text)
 
 

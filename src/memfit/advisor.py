@@ -19,6 +19,7 @@ from .advice_trainers import trainer_levers
 from .errors import MemfitError
 from .estimator import Estimate, estimate
 from .hardware import Hardware
+from .physics.optimizers import OPTIMIZER_FACTS
 from .search import biggest_model, max_int
 from .setup import TrainingSetup
 from .spec import ModelSpec
@@ -205,6 +206,9 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[t
 
 def _switch_method(setup: TrainingSetup, method: str) -> TrainingSetup:
     """The same run with another method: options that do not apply to it go back to the recipe's."""
+    facts = OPTIMIZER_FACTS.get(setup.optimizer)
+    if method != "full" and facts and facts.full_only:
+        setup = setup.replace(optimizer=None)    # GaLore, APOLLO, Adam-mini: the adapter takes the recipe's own
     changed = setup.with_method(method)
     if changed.optimizer_in_backward and "optimizer_in_backward" in setup.explicit:
         changed = changed.replace(optimizer_in_backward=None)
@@ -276,8 +280,11 @@ def _more_gpus(spec, setup, hardware) -> _Candidate | None:
     for gpus in (2, 4, 8):
         for ckpt in dict.fromkeys((setup.grad_ckpt, True)):
             for shard, offload in (("zero2", "none"), ("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer")):
-                candidate = setup.replace(gpus=gpus, shard=shard, offload=None if offload == "none" else offload,
-                                          grad_ckpt=ckpt)
+                try:
+                    candidate = setup.replace(gpus=gpus, shard=shard, offload=None if offload == "none" else offload,
+                                              grad_ckpt=ckpt)
+                except MemfitError:      # a layout this optimizer cannot run (GaLore, Muon, ... on ZeRO)
+                    continue
                 est = estimate(spec, candidate)
                 if verdict(est, hardware).status == "fits":
                     keys = {"more-gpus"} | ({"grad-ckpt"} if ckpt != setup.grad_ckpt else set())

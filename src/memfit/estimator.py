@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import context_parallel as cp
-from .physics import fp8, load, lora_outer, moe, quantized_base, sharding, states, trainers
+from .physics import fp8, load, lora_outer, moe, optimizers, quantized_base, sharding, states, trainers
 from .physics import vision as vision_physics
 from .physics.adapters import assumption as adapter_assumption
 from .physics.adapters import virtual_tokens
@@ -225,6 +225,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     static = dict(
         stack=stack, weights=weights, quant=quant_consts, adapter=states.adapter_weight_bytes(stack),
         grads=grads, opt=opt_state, paged=paged, step_temp=step_temp,
+        layer_step_temp=optimizers.layer_step_temp_bytes(spec, setup, stack),
         layer_coeffs=act.layer_coefficients(spec, setup, stack), adapted_layers=act.adapted_layers(spec, stack),
         head_coeff=act.head_coefficient(spec, setup, stack),
         quant_saved_per_token=quantized_base.saved_per_token_bytes(spec, setup, stack),
@@ -343,6 +344,9 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
                           "communication buffers": p["comm"]})
     phases["layer backward (top)"] = {**busy, "gradients": top_grads, "autocast weight copies": top_casts,
                                       **top_saved, **head, "backward temporaries": temps}
+    if p["layer_step_temp"]:
+        # LOMO's update runs in each gradient's hook, while the layers below still hold their saved activations.
+        phases["layer backward (top)"]["optimizer step temporaries"] = p["layer_step_temp"]
     if stack.base_trainable and not setup.optimizer_in_backward:
         # Near the bottom, almost every gradient exists (the embedding's comes last).
         phases["layer backward (bottom)"] = {**busy, "gradients": p["grads"] - p["embed_grad"],

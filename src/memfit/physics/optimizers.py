@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import Problem
+from ..errors import InvalidSetupError, Problem
 from ..params import count_params, layer_linears
 from ..spec import ModelSpec
 
@@ -194,9 +194,11 @@ def _galore8_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     if not _low_rank_target(s):
         return 0
     r, big, _ = _projected(s, k.galore_rank)
-    # adamw8bit.py:55-57: p.data.clone() while the weight and the full gradient are alive; p.grad is then the
-    # projected one (the full gradient is freed); project_back and * scale are full size.
-    return max(p * s.numel + 2 * p * r * big, p * (2 * s.numel + r * big), _svd_temp(s, p, r) + p * s.numel)
+    # adamw8bit.py:47-57: the projection (and its SVD refresh) with the full gradient alive; then p.data.clone()
+    # while the weight and the gradient are alive, after which p.grad is the projected one (the full gradient is
+    # freed); project_back and * scale are full size. Read from the source only: bitsandbytes' CPU path is not
+    # its CUDA kernel, so tests/test_optimizers.py checks this state but not these temporaries.
+    return max(p * s.numel + 2 * p * r * big, p * (2 * s.numel + r * big), _svd_temp(s, p, r))
 
 
 # -- APOLLO ------------------------------------------------------------------------------------------------------
@@ -254,7 +256,13 @@ def _adam_mini_v(s: Shape, k: Knobs) -> int:
         return s.rows                                   # one per token
     spec = k.spec
     if any(t in name for t in ("k_proj", "q_proj")) and spec is not None:
-        return s.numel * spec.num_heads // (spec.hidden_size * spec.hidden_size)   # one per head
+        # m.view(-1, dim * dim // n_heads) (adam_mini.py:256-257): one per "head" of hidden^2 / heads elements
+        head_numel = spec.hidden_size * spec.hidden_size // spec.num_heads
+        if s.numel % head_numel:
+            raise InvalidSetupError(Problem("optimizer", f"{{optimizer}} adam-mini cannot split {name} "
+                                                         f"({s.rows} x {s.cols}) into heads of hidden^2 / heads = "
+                                                         f"{head_numel} elements (adam-mini 1.1.1 fails the same way)"))
+        return s.numel // head_numel
     if any(t in name for t in ("v_proj", "o_proj", "mlp", "proj", "fc", "dense")) and s.cols > 1:
         return s.rows                                   # one per output neuron
     return 1                                            # norms: one for the tensor
@@ -311,8 +319,9 @@ def _zero(s: Shape, p: int, k: Knobs, prev: int = 0) -> int:
 
 def _lomo_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     # grad.to(float32) and p.data.to(float32), less the 16-bit gradient it frees at once (p.grad = None); both are
-    # aliases when the parameter is already fp32
-    return (8 - p) * s.numel if p != 4 else 0
+    # aliases when the parameter is already fp32. The hook runs when the next gradient is computed, before it is
+    # accumulated: that one is alive too (taken as the same size).
+    return ((8 - p) * s.numel if p != 4 else 0) + p * s.numel
 
 
 def _adalomo_state(s: Shape, p: int, k: Knobs) -> int:
@@ -323,8 +332,8 @@ def _adalomo_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     # three fp32 tensors at once (the gradient copy, grad**2 and its + eps; or the copy, the update and the fp32
     # param copy), less the 16-bit gradient freed at once; fp32 parameters: the copies are aliases, two remain
     if p == 4:
-        return 2 * 4 * s.numel
-    return 3 * 4 * s.numel - p * s.numel
+        return 2 * 4 * s.numel + p * s.numel        # + the next gradient, computed but not yet accumulated
+    return 3 * 4 * s.numel
 
 
 OPTIMIZER_FACTS: dict[str, OptimizerFacts] = {f.name: f for f in (
@@ -400,6 +409,19 @@ def step_temp_bytes(spec: ModelSpec, setup, stack: Stack) -> tuple[int, str]:
     return largest, f"{facts.package}: one tensor at a time {where}; the largest tensor's temporaries"
 
 
+def layer_step_temp_bytes(spec: ModelSpec, setup, stack: Stack) -> int:
+    """For an optimizer that updates inside backward: the temporaries of a decoder layer's tensors, which run while
+    the layers below still keep their activations (the embedding's update comes last, when they are freed)."""
+    facts = OPTIMIZER_FACTS.get(setup.optimizer)
+    if not (facts and facts.grads_freed_in_backward):
+        return 0
+    p = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
+    k = knobs_for(spec, setup)
+    layer = [s for s in step_order(spec, stack, facts) if s.role not in ("embedding", "head") and
+             (s.role != "vector" or s.count > 1)]
+    return max((facts.step_temp(s, p, k, 0) for s in layer), default=0)
+
+
 IN_BACKWARD = tuple(name for name, f in OPTIMIZER_FACTS.items() if f.grads_freed_in_backward)
 _KNOB_OPTIMIZERS = {"galore_rank": ("galore", "galore-8bit"), "apollo_rank": ("apollo",), "muon_params": ("muon",)}
 
@@ -415,8 +437,22 @@ def optimizer_problems(setup) -> list[Problem]:
             and not setup.optimizer_in_backward:
         out.append(Problem("optimizer_in_backward", f"{{optimizer}} {setup.optimizer} always updates inside "
                                                     "backward: {optimizer_in_backward} cannot be off"))
+    if facts and setup.shard.startswith("zero"):
+        # ZeRO steps the optimizer on flat 1-D fp32 partitions (deepspeed runtime/zero/stage_1_and_2.py:577), which
+        # these optimizers' per-matrix memory does not describe; FSDP2 keeps each parameter's shape.
+        out.append(Problem("shard", f"{{optimizer}} {setup.optimizer} is modelled on whole (or FSDP-sharded) "
+                                    f"tensors, not on DeepSpeed ZeRO's flat partitions: use {{shard}} fsdp or none"))
     for knob, users in _KNOB_OPTIMIZERS.items():
         if knob in setup.explicit and setup.optimizer not in users:
             out.append(Problem(knob, f"{{{knob}}} only applies to {{optimizer}} {' or '.join(users)} (optimizer is "
                                      f"{setup.optimizer})"))
     return out
+
+
+def readme_table() -> str:
+    """The README's optimizer table (tools/readme_flags.py writes it; a test checks it)."""
+    lines = ["| `--optimizer` | implementation | what it keeps in memory |", "|---|---|---|"]
+    for f in OPTIMIZER_FACTS.values():
+        needs = " Full fine-tuning only." if f.full_only else ""
+        lines.append(f"| {f.name} | {f.package} | {f.keeps}.{needs} |")
+    return "\n".join(lines)

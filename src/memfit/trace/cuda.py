@@ -38,7 +38,7 @@ def trace_cuda(spec: ModelSpec, setup: TrainingSetup, steps: int = 2) -> Estimat
     if setup.quantized_base:
         _quantize_4bit(model, built, setup)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = _cuda_optimizer(trainable, setup)
+    optimizer = _cuda_optimizer(trainable, setup, model)
     inputs = {k: v.cuda() for k, v in make_inputs(spec, setup).items()}
     names = PeakTracker()                       # only names phases here; CUDA counts the bytes
     start = time.perf_counter()
@@ -69,11 +69,15 @@ def trace_cuda(spec: ModelSpec, setup: TrainingSetup, steps: int = 2) -> Estimat
     )
 
 
-def _cuda_optimizer(params, setup: TrainingSetup):
+def _cuda_optimizer(params, setup: TrainingSetup, model=None):
     from .step import make_optimizer
 
     from ..options import BNB_OPTIMIZERS
+    from ..physics.optimizers import OPTIMIZER_FACTS
+    from .optimizers import make
 
+    if setup.optimizer in OPTIMIZER_FACTS:       # the real package on the GPU, bitsandbytes' 8-bit ones included
+        return make(setup.optimizer, model, setup)
     if setup.optimizer not in BNB_OPTIMIZERS:
         return make_optimizer(params, setup)
     try:
