@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from memfit import TrainingSetup, estimate, load_model  # noqa: E402
 from memfit.trace import trace  # noqa: E402
 from memfit.options import PEFT_METHODS as _PEFT  # noqa: E402
+from memfit.options import VIRTUAL_TOKEN_METHODS  # noqa: E402
 from memfit.physics.adapters import LINEAR_ONLY_METHODS  # noqa: E402
 from memfit.trace.measure import COUNTER_ROWS, compare  # noqa: E402
 
@@ -65,6 +66,8 @@ OUTER_TARGETS = "all-linear,head,embed"
 
 def peft_cells():
     for method, model in itertools.product(PEFT_METHODS, PEFT_FAMILIES):
+        if model == "pythia-160m" and method in VIRTUAL_TOKEN_METHODS:
+            continue   # the CPU trace cannot run them on this fp16 checkpoint under bf16 autocast (docs/accuracy.md)
         yield model, dict(method=method, batch_size=1, seq_len=256)
     for method in PEFT_METHODS:
         if method != "prefix":     # PEFT refuses prefix tuning with checkpointing (setup.py says why)
@@ -105,7 +108,8 @@ def matrix(quick: bool, vlm: bool = False, only_optimizers: bool = False):
     if vlm:
         yield from VLM_CELLS
         return
-    yield from optimizer_cells(quick)
+    if not quick:                          # the quick run (CI) leaves them to --optimizers
+        yield from optimizer_cells(quick)
     if quick:
         for model, method in itertools.product(FAMILIES, ("full", "lora", "qlora")):
             yield model, dict(method=method, batch_size=1, seq_len=256)

@@ -157,6 +157,11 @@ def test_setup_rules_for_these_optimizers():
         TrainingSetup(method="full", optimizer="lomo", optimizer_in_backward=False)
     with pytest.raises(InvalidSetupError, match="accumulate"):
         TrainingSetup(method="full", optimizer="lomo", grad_accum=4)
+    with pytest.raises(InvalidSetupError, match="ZeRO"):
+        TrainingSetup(method="full", optimizer="muon", gpus=2, shard="zero2")
+    assert TrainingSetup(method="full", optimizer="muon", gpus=2, shard="fsdp").shard == "fsdp"
+    with pytest.raises(InvalidSetupError, match="adam-mini cannot split"):
+        estimate(load_model("gemma-3-1b"), TrainingSetup(method="full", optimizer="adam-mini"))
     assert TrainingSetup(method="full", optimizer="galore_adamw").optimizer == "galore"   # the HF name
     assert TrainingSetup(method="lora", optimizer="lion").optimizer_in_backward is False
 

@@ -320,8 +320,13 @@ def _zero(s: Shape, p: int, k: Knobs, prev: int = 0) -> int:
 def _lomo_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     # grad.to(float32) and p.data.to(float32), less the 16-bit gradient it frees at once (p.grad = None); both are
     # aliases when the parameter is already fp32. The hook runs when the next gradient is computed, before it is
-    # accumulated: that one is alive too (taken as the same size).
-    return ((8 - p) * s.numel if p != 4 else 0) + p * s.numel
+    # accumulated: that one is alive too (taken as the same size), except for the embedding, updated last
+    # (fused_backward's grad_func(0) after loss.backward(), lomo.py:227-231).
+    return ((8 - p) * s.numel if p != 4 else 0) + _next_gradient(s, p)
+
+
+def _next_gradient(s: Shape, p: int) -> int:
+    return 0 if s.role == "embedding" else p * s.numel
 
 
 def _adalomo_state(s: Shape, p: int, k: Knobs) -> int:
@@ -332,8 +337,8 @@ def _adalomo_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     # three fp32 tensors at once (the gradient copy, grad**2 and its + eps; or the copy, the update and the fp32
     # param copy), less the 16-bit gradient freed at once; fp32 parameters: the copies are aliases, two remain
     if p == 4:
-        return 2 * 4 * s.numel + p * s.numel        # + the next gradient, computed but not yet accumulated
-    return 3 * 4 * s.numel
+        return 2 * 4 * s.numel + _next_gradient(s, p)
+    return 3 * 4 * s.numel - p * s.numel + _next_gradient(s, p)
 
 
 OPTIMIZER_FACTS: dict[str, OptimizerFacts] = {f.name: f for f in (
