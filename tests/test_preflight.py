@@ -565,3 +565,13 @@ def test_a_value_with_a_line_break_stays_one_error_line(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert "line 3: lora_target_modules: unknown LoRA target q_proj\\nx" in err
+
+
+def test_the_optimizer_names_check_writes_read_back_as_the_same_optimizer():
+    # Advice written into an HF-based config must mean, when read again, the optimizer memfit priced.
+    from memfit.options import OPTIMIZER_ALIASES
+    from memfit.preflight.edits import OPTIMIZER_NAMES
+
+    for tool in ("axolotl", "llamafactory", "trl"):
+        for memfit_name, spelling in OPTIMIZER_NAMES[tool].items():
+            assert OPTIMIZER_ALIASES.get(spelling, spelling) == memfit_name, (tool, spelling)

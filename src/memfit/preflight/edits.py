@@ -12,13 +12,12 @@ from ..options import tool_key
 from ..spec import FAMILY_TRAITS
 from .formats import MODEL_KEYS, TORCHTUNE_ATTN
 
-OPTIMIZER_NAMES = {  # memfit optimizer -> each tool's spelling (HF TrainingArguments.optim for HF-based tools)
-    "axolotl": {"adamw-8bit": "adamw_bnb_8bit", "paged-adamw-8bit": "paged_adamw_8bit", "adamw": "adamw_torch",
-                "adamw-fused": "adamw_torch_fused"},
-    "llamafactory": {"adamw-8bit": "adamw_bnb_8bit", "paged-adamw-8bit": "paged_adamw_8bit", "adamw": "adamw_torch",
-                     "adamw-fused": "adamw_torch_fused"},
-    "trl": {"adamw-8bit": "adamw_bnb_8bit", "paged-adamw-8bit": "paged_adamw_8bit", "adamw": "adamw_torch",
-            "adamw-fused": "adamw_torch_fused"},
+# memfit optimizer -> HF TrainingArguments.optim, which axolotl, LLaMA-Factory and TRL all take (transformers 5.24
+# training_args.py OptimizerNames).
+_HF_OPTIM = {"adamw-8bit": "adamw_bnb_8bit", "paged-adamw-8bit": "paged_adamw_8bit", "adamw": "adamw_torch",
+             "adamw-fused": "adamw_torch_fused"}
+OPTIMIZER_NAMES = {  # memfit optimizer -> each tool's spelling
+    "axolotl": _HF_OPTIM, "llamafactory": _HF_OPTIM, "trl": _HF_OPTIM,
     "torchtune": {"adamw-8bit": "bitsandbytes.optim.AdamW8bit", "paged-adamw-8bit": "bitsandbytes.optim.PagedAdamW8bit",
                   "adamw": "torch.optim.AdamW", "adamw-fused": "torch.optim.AdamW"},
     "mlx": {"adamw": "adamw", "sgd": "sgd", "adafactor": "adafactor"},
