@@ -78,9 +78,9 @@ def test_lora_below_full_at_ordinary_token_counts(spec, batch, length, kw):
     # With a light adapter (r8 on q,v) and up to 8k tokens per micro-batch, the gradients and optimizer state
     # that full FT adds dominate. Same optimizer for both (torchtune's full recipe defaults to a paged 8-bit
     # optimizer stepped in backward). Heavy adapters on small models can cross over: see the test below.
-    lora = estimate(spec, _setup("lora", batch, length, optimizer="adamw", lora_rank=8, lora_targets=("q", "v"),
+    lora = estimate(spec, _setup("lora", batch, length, spec, optimizer="adamw", lora_rank=8, lora_targets=("q", "v"),
                                  lora_dropout=0.0, **kw)).device_bytes
-    full = estimate(spec, _setup("full", batch, length, optimizer="adamw", optimizer_in_backward=False,
+    full = estimate(spec, _setup("full", batch, length, spec, optimizer="adamw", optimizer_in_backward=False,
                                  **kw)).device_bytes
     assert lora <= full
 
@@ -104,7 +104,7 @@ def test_lora_can_exceed_full_at_long_context():
 def test_checkpointing_never_raises_memory(spec, method, batch, length, kw):
     kw = dict(kw, grad_ckpt=False)
     off = estimate(spec, _setup(method, batch, length, spec, **kw))
-    on = estimate(spec, _setup(method, batch, length, **dict(kw, grad_ckpt=True)))
+    on = estimate(spec, _setup(method, batch, length, spec, **dict(kw, grad_ckpt=True)))
     # When the peak is the bottom layer's backward (full FT, nearly all gradients alive), checkpointing holds
     # that layer's checkpoint on top of the same recomputed activations: at most one hidden state more.
     one_checkpoint = batch * length * spec.hidden_size * 4
