@@ -32,8 +32,10 @@ RESULTS = ROOT / "benchmarks" / "results" / "accuracy_vs_measured.json"
 # "active" (torch.cuda.memory_stats active_bytes.all.peak) counts blocks in use, as allocated does.
 COUNTER_ATTR = {"allocated": "peak_allocated_bytes", "active": "peak_allocated_bytes",
                 "reserved": "peak_reserved_bytes", "nvml": "device_bytes"}
-RECIPE_OF = {"fsdp_qlora": "hf", "litgpt": "litgpt", "peft-custom": "hf", "hf": "hf", "plain-torch": "pytorch", "torchtune": "torchtune",
+RECIPE_OF = {"fsdp_qlora": "hf", "litgpt": "litgpt-0.4", "peft-custom": "hf", "hf": "hf", "plain-torch": "pytorch", "torchtune": "torchtune",
              "qwen-hf": "hf"}  # Qwen finetune.py is the HF Trainer (with DeepSpeed)
+# Every litgpt row (groups LG, LGC, LGT) was published before LitGPT 0.5.5 moved off bitsandbytes 0.42.0 (the
+# LGC table's QLoRA rows: Lightning-AI/litgpt@e5493986, July 2024; 0.5.5: @d2ed13c3, Dec 2024): recipe litgpt-0.4.
 # Answer.AI fsdp_qlora (AnswerDotAI/fsdp_qlora train.py; rows from benchmarks_03_2024.md): a transformers model with
 # PEFT LoRA or bitsandbytes QLoRA in its own loop, wrapped in FSDP1 even for "ddp" (NO_SHARD), bf16, dummy data of
 # fixed length; the published template command sets --reentrant_checkpointing True. train.py@1a9fddfb: lora_dropout
@@ -186,7 +188,7 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         elif row["lora_rank"]:
             kw["lora_rank"] = int(row["lora_rank"])
         if method in ("lora", "qlora"):
-            kw["lora_dropout"] = 0.05 if recipe == "litgpt" else 0.0
+            kw["lora_dropout"] = 0.05 if recipe.startswith("litgpt") else 0.0
         if row["framework"] == "fsdp_qlora":
             kw["lora_targets"], kw["lora_dropout"] = FSDP_QLORA_TARGETS, 0.1
             notes.append("fsdp_qlora's loop keeps the fp32 logits through backward: not modelled (+4 B x vocab "

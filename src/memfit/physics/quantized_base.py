@@ -29,13 +29,21 @@ three ways that matter for memory, each read from the kernel's source:
   sequence in the micro-batch, as transients. Storage: qweight int32 [d_in, d_out/8], qzeros int32
   [d_in/g, d_out/8], scales fp16 [d_in/g, d_out], g = 128.
 
-All three return the input's dtype (``output.to(A.dtype)`` / ``out.to(x_dtype)`` / ``out.to(input_dtype)``), as
+- **bitsandbytes < 0.43.2 nf4/fp4** (the recipe's ``bnb4_saves_input``; LitGPT <= 0.5.4 pins 0.42.0) --
+  bitsandbytes@0.42.0 autograd/_functions.py:522-523 MatMul4Bit.forward keeps ``ctx.tensors = (A, B)``: the
+  layer's input A stays alive until the layer's backward although backward never reads it (0.43.2 keeps
+  ``(None, B)``, bitsandbytes@9e753741). Every 4-bit linear whose input or weight needs a gradient keeps one
+  16-bit tensor per distinct input (q/k/v share one, gate/up another). A frozen nn.Linear saves only its weight,
+  so for a base-model linear that is new memory unless lora_A saves the same tensor (dropout 0 on a LoRA target).
+
+All of them return the input's dtype (``output.to(A.dtype)`` / ``out.to(x_dtype)`` / ``out.to(input_dtype)``), as
 bitsandbytes' 4-bit layers do, so the layer walk in physics/activations.py is the QLoRA one.
 """
 
 from __future__ import annotations
 
 from ..params import layer_linears
+from ..recipes import RECIPES
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
 from .stack import Stack
@@ -89,6 +97,12 @@ def saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -
     if setup.method != "qlora":
         return 0
     linears = _quantized(spec)
+    if bnb4_saves_input(setup):
+        # Inputs lora_A already saves: the same tensor when dropout is 0 (the walk counts it there).
+        lora_read = {_input_key(lin) for lin in linears if set(lin.parts) & set(setup.lora_targets)} \
+            if setup.lora_dropout == 0 else set()
+        return sum(width for key, width in _distinct_inputs(linears).items() if key not in lora_read) \
+            * stack.compute_bytes
     if setup.quant == "int8" and setup.lora_dropout > 0:
         return sum(_distinct_inputs(linears).values()) * stack.compute_bytes
     input_fp16 = stack.weight_dtype == "fp16" and stack.autocast_dtype in ("", "fp16")
@@ -97,14 +111,25 @@ def saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -
     return 0
 
 
+_SHARED_INPUT = {"q": "attn", "k": "attn", "v": "attn", "gate": "mlp", "up": "mlp"}
+
+
+def _input_key(lin) -> str:
+    return _SHARED_INPUT.get(lin.parts[0], lin.name)
+
+
 def _distinct_inputs(linears) -> dict[str, int]:
     """Width of each distinct tensor read by the layer's linears (q/k/v share one input, gate/up another)."""
-    shared = {"q": "attn", "k": "attn", "v": "attn", "gate": "mlp", "up": "mlp"}
     out: dict[str, int] = {}
     for lin in linears:
-        key = shared.get(lin.parts[0], lin.name)
-        out[key] = lin.d_in * lin.copies
+        out[_input_key(lin)] = lin.d_in * lin.copies
     return out
+
+
+def bnb4_saves_input(setup: TrainingSetup) -> bool:
+    """Whether the setup's stack runs a bitsandbytes 4-bit kernel that keeps its input (< 0.43.2)."""
+    return (setup.method == "qlora" and setup.quant in ("nf4", "nf4-dq", "fp4")
+            and RECIPES[setup.recipe or "hf"].bnb4_saves_input)
 
 
 def backward_transient_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -118,6 +143,9 @@ def backward_transient_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def assumption(setup: TrainingSetup) -> str | None:
+    if bnb4_saves_input(setup):
+        return (f"bitsandbytes 0.42 {setup.quant} base (recipe {setup.recipe}): each 4-bit linear keeps its 16-bit "
+                "input until its backward (MatMul4Bit ctx.tensors = (A, B); physics/quantized_base.py)")
     if setup.method != "qlora" or setup.quant not in KERNEL:
         return None
     return f"{setup.quant} base: {KERNEL[setup.quant]} (physics/quantized_base.py)"
