@@ -8,7 +8,7 @@ in ``sources``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import InvalidSetupError
 from .options import ALL_TARGETS, OPTIMIZERS
@@ -160,24 +160,6 @@ RECIPES: dict[str, Recipe] = {
                  "so without chunking the bf16 logits live beside the saved log-softmax",
                  "litgpt/lora.py Config defaults: lora_r 8, lora_query/lora_value True, lora_dropout 0.05",
                  "torch.optim.AdamW without flags: foreach on CUDA (torch/optim/optimizer.py)")),
-    # LitGPT up to 0.5.4 pinned bitsandbytes==0.42.0 (Lightning-AI/litgpt@e5493986 pyproject.toml:36, the commit
-    # that published the config_hub/finetune QLoRA table); 0.5.5 moved to >=0.44 (Lightning-AI/litgpt@d2ed13c3).
-    "litgpt-0.4": Recipe(
-        name="litgpt-0.4", description="LitGPT 0.4 - 0.5.4 finetune (bitsandbytes 0.42.0 for --quantize bnb.*)",
-        precision="bf16", autocast=False, optimizer="adamw", grad_ckpt=False, attn="sdpa",
-        lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.05, adapter_fp32=False,
-        loss="chunked", fp32_logits_copy=False, quant="nf4", chunked_loss="chunked", plain_loss="plain",
-        chunked_kind="chunked-kept", keeps_logits=True, bnb4_saves_input=True,
-        arch_overrides={"tied_embeddings": False, "fused_qkv": True, "norm_style": "gemma"},
-        sources=("the litgpt recipe's model, loss and LoRA facts, at Lightning-AI/litgpt@e5493986 (0.4.5): "
-                 "litgpt/finetune/lora.py:138 BitsandbytesPrecision(quantize[4:], dtype), :234 "
-                 "torch.cuda.max_memory_allocated(), :304 model(input_ids, lm_head_chunk_size=128)",
-                 "pyproject.toml:36 bitsandbytes==0.42.0: bitsandbytes@0.42.0 autograd/_functions.py:522-523 "
-                 "MatMul4Bit.forward keeps `ctx.tensors = (A, B)` (the input) whenever a gradient is needed; "
-                 "0.43.2 keeps (None, B) (bitsandbytes@9e753741, #1270)",
-                 "lightning 2.3.0.dev20240428 fabric/plugins/precision/bitsandbytes.py:129-145 module_init_context "
-                 "replaces every torch.nn.Linear with _NF4Linear (bnb.nn.Linear4bit), :117-121 compute_dtype = "
-                 "the precision's dtype (bf16: the saved input is the layer's own bf16 input, no copy)")),
     "unsloth": Recipe(
         name="unsloth", description="Unsloth FastLanguageModel + TRL SFTTrainer",
         precision="auto", autocast=True, optimizer="adamw-8bit", grad_ckpt=True, attn="flash",
@@ -262,6 +244,22 @@ RECIPES: dict[str, Recipe] = {
                  "None (no recompute) by default",
                  "Adam from Transformer Engine / apex FusedAdam: a fused kernel, no per-step temporaries")),
 }
+# LitGPT up to 0.5.4 pinned bitsandbytes==0.42.0 (Lightning-AI/litgpt@e5493986 pyproject.toml:36, the commit that
+# published the config_hub/finetune QLoRA table); 0.5.5 moved to >=0.44 (Lightning-AI/litgpt@d2ed13c3). Everything
+# else is the litgpt recipe's.
+RECIPES["litgpt-0.4"] = replace(
+    RECIPES["litgpt"], name="litgpt-0.4",
+    description="LitGPT 0.4 - 0.5.4 finetune (bitsandbytes 0.42.0 for --quantize bnb.*)", bnb4_saves_input=True,
+    sources=RECIPES["litgpt"].sources + (
+        "litgpt's facts hold at Lightning-AI/litgpt@e5493986 (0.4.5): litgpt/finetune/lora.py:138 "
+        "BitsandbytesPrecision(quantize[4:], dtype), :234 torch.cuda.max_memory_allocated(), :304 "
+        "model(input_ids, lm_head_chunk_size=128)",
+        "pyproject.toml:36 bitsandbytes==0.42.0: bitsandbytes@0.42.0 autograd/_functions.py:522-523 "
+        "MatMul4Bit.forward keeps `ctx.tensors = (A, B)` (the input) whenever a gradient is needed; 0.43.2 keeps "
+        "(None, B) (bitsandbytes@9e753741, #1270)",
+        "lightning 2.3.0.dev20240428 fabric/plugins/precision/bitsandbytes.py:129-145 module_init_context replaces "
+        "every torch.nn.Linear with _NF4Linear (bnb.nn.Linear4bit), :117-121 compute_dtype = the precision's dtype "
+        "(bf16: the saved input is the layer's own bf16 input, no copy)"))
 
 
 def get_recipe(name: str) -> Recipe:
