@@ -32,14 +32,20 @@ written by `accuracy_vs_measured.py`); that coverage figure is therefore in-samp
 
 KNOWN_GAPS = """## Known gaps and their causes
 
-- **QLoRA rows (all LitGPT, `bnb.nf4`, published in 2024) are under-predicted by about 30%**, consistently
-  across model sizes, while LitGPT's LoRA rows of the same models are within 5%. memfit's QLoRA model is
-  bitsandbytes >= 0.43.2 (4-bit layers save no input, validated per layer against autograd) with the 4-bit storage
-  counted exactly. Likely cause, not yet settled without a GPU run: bitsandbytes before 0.43.2 saved every 4-bit
-  layer's input (bitsandbytes#1270). Loading is now estimated as its own phase (`physics/load.py`): quantizing at
-  load holds one module's 16-bit copy beyond the final weights, which for these rows stays below the step, so
-  loading does not explain the gap unless LitGPT's loader (lightning's BitsandbytesPrecision, not read here) held
-  much more. The error band for QLoRA carries this gap, so the range stays honest.
+- **LitGPT's QLoRA rows (`bnb.nf4`, published before LitGPT 0.5.5)** were under-predicted by about 30%. Cause found in
+  source: LitGPT up to 0.5.4 pins bitsandbytes==0.42.0 (litgpt@e5493986 pyproject.toml:36), whose MatMul4Bit keeps
+  every 4-bit linear's input (`ctx.tensors = (A, B)`, autograd/_functions.py:522-523; 0.43.2 keeps `(None, B)`,
+  bitsandbytes#1270). The rows now run the `litgpt-0.4` recipe, which counts those inputs (physics/quantized_base.py):
+  the LG Llama rows (1-1.3k-token sequences) come within 8% (were 20-22% under), the LGC rows remain 17-24% under
+  (were 24-33%). Read and not the cause: lightning's BitsandbytesPrecision (2.3.0.dev20240428
+  fabric/plugins/precision/bitsandbytes.py) quantizes each linear as it is built or loaded and frees the 16-bit weight
+  (`_replace_param`: `param.data = w_4bit`), and sets compute_dtype to bf16 (:117-121), so the saved input is no copy.
+  Not modelled: the plugin replaces *every* nn.Linear, lm_head included (:129-145), so the head is 4-bit (memfit
+  stores it in 16 bits) and each head matmul dequantizes it to fp16 and casts to bf16 (two 16-bit copies of the head
+  as transients, the quant state being fp16 from `weight.to(torch.half)` :334); for llama-3-8b that nets about +1.35
+  GB. The rest of the LGC residual (about 4-5 hidden-width bf16 tensors per token and layer, independent of the MLP
+  width) is unexplained. The Phi rows (LGC-29, LG-02/03) move over (+11%, +19%), as memfit's Phi LoRA rows already are
+  (+17% to +30%).
 - **Plain PyTorch GPT-2 rows (RB, rasbt/LLMs-from-scratch ch05/10_llm-training-speed)** were over-predicted by
   40-50% because memfit priced them as a loop that keeps its logits, with transformers' Python GELU and no dropout.
   The code frees the logits when `calc_loss_batch` returns (only log_softmax's output is saved), uses dropout 0.1

@@ -60,3 +60,23 @@ def test_litgpt_0_4_differs_from_litgpt_only_in_the_bitsandbytes_fact():
     differing = {f.name for f in dataclasses.fields(old) if getattr(old, f.name) != getattr(new, f.name)}
     assert differing == {"name", "description", "sources", "bnb4_saves_input"}
     assert old.bnb4_saves_input and not new.bnb4_saves_input
+
+
+def test_parallel_block_keeps_its_one_normed_input_once():
+    """Phi-2's block feeds qkv and fc from one layernorm output (litgpt@e5493986 config.py:1514
+    shared_attention_norm=True; model.py:193-198 reuses x_normed): three distinct inputs (hidden, hidden, ffn)."""
+    spec = load_model("phi-2")
+    assert spec.parallel_attn_mlp
+    h, ffn = spec.hidden_size, spec.intermediate_size
+    extra = _activations(spec, "litgpt-0.4") - _activations(spec, "litgpt")
+    assert extra == spec.num_layers * 2 * 512 * (2 * h + ffn) * BF16_BYTES
+
+
+def test_parallel_block_with_two_norms_keeps_both_inputs():
+    """GPT-NeoX (stablelm-base-alpha) runs attention and MLP in parallel from two norms (litgpt@e5493986
+    model.py:198 norm_2(x) when shared_attention_norm is False): four distinct inputs, as in a sequential block."""
+    spec = load_model("pythia-1b")
+    assert spec.parallel_attn_mlp and spec.norms_per_layer == 2
+    h, ffn = spec.hidden_size, spec.intermediate_size
+    extra = _activations(spec, "litgpt-0.4") - _activations(spec, "litgpt")
+    assert extra == spec.num_layers * 2 * 512 * (3 * h + ffn) * BF16_BYTES

@@ -98,11 +98,15 @@ def saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -
         return 0
     linears = _quantized(spec)
     if bnb4_saves_input(setup):
+        # Attention and MLP read one normed tensor in parallel blocks with one norm (Phi, Falcon-7B; the
+        # walk's own test, physics/activations.py): one saved input for both.
+        shared = spec.parallel_attn_mlp and spec.norms_per_layer == 1
+        key = (lambda lin: "attn" if _input_key(lin) == "mlp" else _input_key(lin)) if shared else _input_key
+        widths = {key(lin): lin.d_in * lin.copies for lin in linears}
         # Inputs lora_A already saves: the same tensor when dropout is 0 (the walk counts it there).
-        lora_read = {_input_key(lin) for lin in linears if set(lin.parts) & set(setup.lora_targets)} \
+        lora_read = {key(lin) for lin in linears if set(lin.parts) & set(setup.lora_targets)} \
             if setup.lora_dropout == 0 else set()
-        return sum(width for key, width in _distinct_inputs(linears).items() if key not in lora_read) \
-            * stack.compute_bytes
+        return sum(width for k, width in widths.items() if k not in lora_read) * stack.compute_bytes
     if setup.quant == "int8" and setup.lora_dropout > 0:
         return sum(_distinct_inputs(linears).values()) * stack.compute_bytes
     input_fp16 = stack.weight_dtype == "fp16" and stack.autocast_dtype in ("", "fp16")
