@@ -108,7 +108,10 @@ def test_checkpointing_never_raises_memory(spec, method, batch, length, kw):
     # When the peak is the bottom layer's backward (full FT, nearly all gradients alive), checkpointing holds
     # that layer's checkpoint on top of the same recomputed activations: at most one hidden state more.
     one_checkpoint = batch * length * spec.hidden_size * 4
-    assert on.peak_allocated_bytes <= off.peak_allocated_bytes + one_checkpoint
+    # A VLM's frozen vision tower joins the graph only under checkpointing (transformers'
+    # enable_input_require_grads hooks the patch embedding): its blocks' checkpoints are added on top.
+    tower = on.component("vision tower checkpoints")
+    assert on.peak_allocated_bytes <= off.peak_allocated_bytes + one_checkpoint + tower
 
 
 @settings(max_examples=80, deadline=None)
