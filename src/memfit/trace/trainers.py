@@ -16,7 +16,6 @@ Generation cannot run on fake tensors (its length is data-dependent): the online
 
 from __future__ import annotations
 
-import contextlib
 import resource
 import time
 from collections import defaultdict
@@ -141,6 +140,26 @@ def _stub_trainer(trainer: str, model, ref_model, precomputed: bool):
     for name, value in attrs.items():
         object.__setattr__(obj, name, value)
     return obj
+
+
+def _autocast_per_forward(module, dtype) -> None:
+    """Each forward call its own autocast region, as accelerate 1.16 wraps a prepared model under bf16/fp16
+    (accelerator.py:1791-1801 prepare_model: forward = convert_outputs_to_fp32(autocast(forward))); HF Trainer adds
+    no outer region (transformers 5.24 trainer.py:2231-2236 autocast_smart_context_manager returns nullcontext).
+    It matters for KTO: its no-grad KL pass runs the policy before the policy's forward. In one shared region the
+    autocast cache would keep the KL pass's weight casts (cached with a graph node even under no_grad) and the
+    policy forward would reuse them; the autograd engine runs nodes by descending sequence number, so every
+    weight's cast backward (and its .grad) would come after the embedding's backward, with the layers' 16-bit
+    gradients held meanwhile: a step a real run does not take. Leaving each region clears the cache."""
+    from accelerate.utils import convert_outputs_to_fp32
+
+    forward = module.forward
+
+    def autocast_forward(*args, **kwargs):
+        with torch.autocast("cpu", dtype=dtype):
+            return forward(*args, **kwargs)
+
+    module.forward = convert_outputs_to_fp32(autocast_forward)
 
 
 def _batch(spec: ModelSpec, setup: TrainingSetup) -> dict:
@@ -270,15 +289,17 @@ def _run(spec, setup, micro, stack, built, ref, tracker, steps, materialize, tra
     for t in batch.values():
         tracker.add(t, "inputs")
     trainer = _stub_trainer(setup.trainer, model, ref, setup.ref_model == "precomputed")
-    autocast = (torch.autocast("cpu", dtype=torch.float16 if stack.autocast_dtype == "fp16" else torch.bfloat16)
-                if stack.autocast else contextlib.nullcontext())
+    if stack.autocast:
+        dtype = torch.float16 if stack.autocast_dtype == "fp16" else torch.bfloat16
+        for m in (model, ref):
+            if m is not None:
+                _autocast_per_forward(m, dtype)
     with cuda_like_kernels(micro, tracker), fake, tracker, _RealMasks(tracker):
         optimizer = make_optimizer(trainable, micro)
         for _ in range(steps):
             for _ in range(micro_steps):
                 tracker.phase, tracker.default_category, tracker.where = "forward", "activations", ""
-                with autocast:
-                    loss = type(trainer)._compute_loss(trainer, model, batch, False)
+                loss = type(trainer)._compute_loss(trainer, model, batch, False)
                 tracker.phase, tracker.default_category, tracker.where = "backward", "logits and loss", "loss"
                 (loss / micro_steps).backward()
                 del loss
