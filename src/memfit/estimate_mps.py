@@ -62,17 +62,17 @@ def estimate_mps(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
                                 "cached buffers and the unused part of Metal heaps (1 GiB heaps for buffers of "
                                 "10-512 MiB: MPSAllocator.h)"))
     assumptions = [
-        "PyTorch on MPS (recipe mps): the hf recipe's tensors (transformers Trainer + PEFT) without the cuBLAS "
-        "workspace and CUDA context; torch.mps.current_allocated_memory() at the peak is the tensors, "
+        "PyTorch on MPS (recipe mps): the hf recipe's tensors (transformers Trainer + PEFT) without the terms only "
+        "NVIDIA GPUs have (physics/overhead.py); torch.mps.current_allocated_memory() at the peak is the tensors, "
         "torch.mps.driver_allocated_memory() adds the MPS allocator's heaps and cache",
         "attention: SDPA on MPS under autograd runs the math path (attention.cpp, SDPBackend::math: the fused "
         "_scaled_dot_product_attention_math_for_mps only without grad), which keeps the s x s softmax per layer; "
         "flash attention has no MPS kernel",
         "optimizer: fused AdamW runs on MPS (torch 2.13 torch/utils/_foreach_utils.py "
         "_get_fused_kernels_supported_devices lists mps), the Trainer's default adamw_torch_fused",
-        f"driver counter: the peak's tensors plus {RESERVED_OVER_ALLOCATED:.0%} cached (the CUDA caching "
-        f"allocator's band, {RESERVED_OVER_ALLOCATED_LOW:.0%}-{RESERVED_OVER_ALLOCATED_HIGH:.0%}, assumed for "
-        "MPS's), packed into 1 GiB Metal heaps (kXLargeHeap); each buffer page-aligned (16 KiB, the alignment "
+        f"driver counter: the peak's tensors plus {RESERVED_OVER_ALLOCATED:.0%} cached (physics/overhead.py's "
+        f"caching-allocator band, {RESERVED_OVER_ALLOCATED_LOW:.0%}-{RESERVED_OVER_ALLOCATED_HIGH:.0%}, assumed "
+        "for MPS's), packed into 1 GiB Metal heaps (kXLargeHeap); each buffer page-aligned (16 KiB, the alignment "
         "Metal's heapBufferSizeAndAlignWithLength returns is assumed); newer allocators' 1/32 large-buffer "
         "bucketing is in the range's high end; MPSGraph's own allocations (compiled graphs, scratch) are not "
         "counted",
