@@ -235,7 +235,7 @@ RECIPES: dict[str, Recipe] = {
                                 "bf16=True (estimate_mps.py)",
         precision="auto", autocast=True, optimizer="adamw-fused", grad_ckpt=False, attn="sdpa",
         lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=True, loss="hf",
-        fp32_logits_copy=True,
+        fp32_logits_copy=True, methods=("full", "lora"),   # no bitsandbytes base (physics/mps_problems.py)
         sources=(_HF_TRAINER, "fused AdamW on MPS: torch 2.13 torch/utils/_foreach_utils.py:13-16 "
                  "_get_fused_kernels_supported_devices includes 'mps'", _PEFT_LORA, _PEFT_FP32, _HF_LOSS,
                  "no bitsandbytes: its MPS backend is not in a release (bitsandbytes-foundation/bitsandbytes#252, "
