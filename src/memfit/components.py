@@ -15,7 +15,7 @@ from types import MappingProxyType
 @dataclass(frozen=True)
 class Kind:
     name: str
-    counter: str              # "allocated" | "reserved" | "device" | "mlx": the first counter that includes it
+    counter: str              # "allocated" | "reserved" | "device" | "mlx" | "mps-driver": the first counter that includes it
     what: str                 # one line for the README table
     trace_group: str | None   # the trace's group that measures it; None: a one-GPU CPU trace cannot see it
 
@@ -86,6 +86,8 @@ KINDS: tuple[Kind, ...] = (
          "cuBLAS workspace"),
     Kind("allocator slack", "reserved", "reserved − allocated (rounding, fragmentation)", None),
     Kind("CUDA context", "device", "driver context and kernels; seen by nvidia-smi, never by torch", None),
+    Kind("MPS heaps and cache", "mps-driver", "PyTorch on MPS: cached buffers and the unused part of Metal heaps, "
+         "seen by `torch.mps.driver_allocated_memory()` (estimate_mps.py)", None),
     Kind("quantization scales and biases", "mlx", "MLX affine quantization: a 16-bit scale and bias per 64 weights "
          "(`mx.quantize`)", None),
 )

@@ -60,7 +60,7 @@ class Estimate:
     paged_bytes: int                   # optimizer state in CUDA managed memory: outside all three counters
     download_bytes: int                # the 16-bit weights a user downloads
     assumptions: tuple[str, ...]
-    kind: str = "analytic"             # "analytic" | "rule-of-thumb" | "mlx" | "trace" | "cuda"
+    kind: str = "analytic"             # "analytic" | "rule-of-thumb" | "mlx" | "mps" | "trace" | "cuda"
     extra: dict = field(default_factory=dict)
     host_bytes: int = 0                # CPU RAM that offload moves off the GPU (per node)
 
@@ -85,6 +85,10 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         from .estimate_mlx import estimate_mlx
 
         return estimate_mlx(spec, setup)
+    if setup.recipe == "mps":
+        from .estimate_mps import estimate_mps
+
+        return estimate_mps(spec, setup)
     if setup.recipe == "megatron":
         from .estimate_megatron import estimate_megatron
 

@@ -231,6 +231,16 @@ RECIPES: dict[str, Recipe] = {
                  "(lora.py:240-242)",
                  "MLX affine 4-bit, group 64, 16-bit scales and biases (mlx_lm.convert -q); the step model is "
                  "physics/mlx.py")),
+    "mps": Recipe(
+        name="mps", description="transformers v5 Trainer with PEFT on PyTorch's MPS backend (Apple silicon), "
+                                "bf16=True (estimate_mps.py)",
+        precision="auto", autocast=True, optimizer="adamw-fused", grad_ckpt=False, attn="sdpa",
+        lora_rank=8, lora_targets=("q", "v"), lora_dropout=0.0, adapter_fp32=True, loss="hf",
+        fp32_logits_copy=True, methods=("full", "lora"),   # no bitsandbytes base (physics/mps_problems.py)
+        sources=(_HF_TRAINER, "fused AdamW on MPS: torch 2.13 torch/utils/_foreach_utils.py:13-16 "
+                 "_get_fused_kernels_supported_devices includes 'mps'", _PEFT_LORA, _PEFT_FP32, _HF_LOSS,
+                 "no bitsandbytes: its MPS backend is not in a release (bitsandbytes-foundation/bitsandbytes#252, "
+                 "multi-backend-refactor)")),
     "megatron": Recipe(
         name="megatron", description="Megatron-LM / Megatron-Core full training (pretrain_gpt), bf16 with fp32 main "
                                      "gradients, TP/PP/CP/EP layouts (physics/megatron.py)",

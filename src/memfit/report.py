@@ -164,6 +164,9 @@ def check_against(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware | No
     problems, cautions = [], []
     if hardware is not None and hardware.kind == "mac" and setup.world_size > 1:
         problems.append(Problem("gpus", "a Mac has one GPU: {gpus} and {nodes} do not apply"))
+    if hardware is not None and hardware.kind != "mac" and setup.recipe == "mps":
+        problems.append(Problem("recipe", "{recipe} mps is PyTorch on an Apple-silicon Mac: give {mac} (or use the "
+                                          "hf recipe on this GPU)"))
     if not spec.is_rule_of_thumb and setup.method in ("lora", "qlora"):
         from .params import layer_linears
 

@@ -244,6 +244,10 @@ class TrainingSetup:
         if mlx and (self.world_size > 1 or self.shard != "none"):
             p.append(Problem("gpus", "mlx-lm trains on one Apple-silicon GPU: {gpus}, {nodes} and {shard} do not "
                                      "apply"))
+        if self.recipe == "mps":
+            from .physics.mps_problems import mps_problems
+
+            p += mps_problems(self)
         from .physics import context_parallel, megatron
 
         p += context_parallel.setup_problems(self) + megatron.setup_problems(self)

@@ -66,6 +66,11 @@ def estimate_dict(est: Estimate, verdict: Verdict | None = None, extra: dict | N
         # One counter on Apple silicon: mx.get_peak_memory(). No CUDA counters are claimed.
         del out["peak_allocated_bytes"], out["peak_reserved_bytes"]
         out["mlx_peak_bytes"] = est.extra["mlx_peak_bytes"]
+    if est.kind == "mps":
+        # PyTorch on MPS: torch.mps.current_allocated_memory() and driver_allocated_memory(), no CUDA counters.
+        del out["peak_allocated_bytes"], out["peak_reserved_bytes"]
+        out["mps_current_allocated_bytes"] = est.extra["mps_current_allocated_bytes"]
+        out["mps_driver_allocated_bytes"] = est.extra["mps_driver_allocated_bytes"]
     if "expected_error" in est.extra:
         out["expected_error"] = est.extra["expected_error"]
     if "load" in est.extra:

@@ -13,7 +13,8 @@ def load_lines(est: Estimate) -> list[str]:
     total = sum(parts.values())
     step = max((nbytes for name, nbytes in est.phases if name != LOAD_PHASE), default=0)
     width = max(len(name) for name in parts)
-    lines = ["model load (before the first step; allocated, as torch.cuda.max_memory_allocated would read):"]
+    counter = "torch.mps.current_allocated_memory()" if est.kind == "mps" else "torch.cuda.max_memory_allocated"
+    lines = [f"model load (before the first step; allocated, as {counter} would read):"]
     lines += [f"  {name:<{width}}  {gib(nbytes):>11}" for name, nbytes in parts.items() if nbytes > 0]
     lines.append(f"  {'total':<{width}}  {gib(total):>11}   vs {gib(step)} at the step's peak: "
                  + ("the load is the peak, and the verdict uses it" if total > step else

@@ -78,6 +78,12 @@ def render_estimate(est: Estimate, verdict: Verdict | None = None) -> str:
         lines.append(f"  peak            {gib(est.device_bytes):>11}   mx.get_peak_memory() (mlx-lm prints "
                      f"'Peak mem {est.extra.get('mlx_peak_mem_printed', est.device_bytes / 1e9):.3f} GB')")
         lines.append(f"  range           {gib(est.range_low_bytes)} - {gib(est.range_high_bytes)}")
+    elif est.kind == "mps":
+        lines.append(f"  tensors         {gib(est.peak_allocated_bytes):>11}   torch.mps.current_allocated_memory() "
+                     f"at the peak")
+        lines.append(f"  driver          {gib(est.device_bytes):>11}   torch.mps.driver_allocated_memory() (Metal heaps "
+                     f"+ cache)")
+        lines.append(f"  range           {gib(est.range_low_bytes)} - {gib(est.range_high_bytes)}")
     else:
         lines.append(f"  peak allocated  {gib(est.peak_allocated_bytes):>11}   torch.cuda.max_memory_allocated")
         lines.append(f"  peak reserved   {gib(est.peak_reserved_bytes):>11}   torch.cuda.max_memory_reserved")
@@ -203,6 +209,8 @@ def render_check(result, written_path=None, written=None) -> str:
         lines.append(f"  ignored (no effect on memory): {', '.join(m.ignored)}")
     est = result.estimate
     counted = "mx.get_peak_memory()" if est.kind == "mlx" else f"{gib(est.peak_allocated_bytes)} allocated"
+    if est.kind == "mps":
+        counted = f"{gib(est.peak_allocated_bytes)} in torch.mps.current_allocated_memory()"
     lines.append(f"  needs {gib(est.device_bytes)} per GPU (peak at {est.peak_phase}; {counted})")
     if result.verdict:
         lines.append(render_verdict(result.verdict))
