@@ -67,6 +67,7 @@ def test_the_recipes_defaults_are_the_trainers_on_mps():
     setup = TrainingSetup(recipe="mps")
     assert (setup.optimizer, setup.attn, setup.grad_ckpt) == ("adamw-fused", "sdpa", False)
     # torch 2.13: fused optimizer kernels exist for mps (what the default adamw_torch_fused needs)
+    pytest.importorskip("torch")
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     assert "mps" in _get_fused_kernels_supported_devices()
