@@ -7,7 +7,7 @@ estimator's (physics/overhead.py), so the three counters mean what they mean for
 
 from __future__ import annotations
 
-from .estimator import Component, Estimate
+from .estimator import Component, Estimate, cuda_overhead_components
 from .params import count_params
 from .physics import megatron
 from .physics.overhead import CUBLAS_WORKSPACE_BYTES, overheads
@@ -40,10 +40,7 @@ def estimate_megatron(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     allocated = sum(parts.values())
     over = overheads(allocated)
     components = [Component(name, nbytes, "allocated", _NOTES[name]) for name, nbytes in parts.items() if nbytes]
-    components.append(Component("allocator slack", over.reserved_slack, "reserved",
-                                "caching-allocator rounding and fragmentation (reserved - allocated)"))
-    components.append(Component("CUDA context", over.cuda_context, "device",
-                                "driver context and kernels: seen by nvidia-smi, not by torch"))
+    components += cuda_overhead_components(over)
     reserved = allocated + over.reserved_slack
     device = reserved + over.cuda_context
     params = megatron.stage_params(spec, lay)

@@ -121,10 +121,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     notes = {**static["notes"], **extra_notes, **(tower.notes if tower else {})}
     components = [Component(name, nbytes, "allocated", notes.get(name, ""))
                   for name, nbytes in peak_parts.items() if nbytes > 0]
-    components.append(Component("allocator slack", over.reserved_slack, "reserved",
-                                "caching-allocator rounding and fragmentation (reserved - allocated)"))
-    components.append(Component("CUDA context", over.cuda_context, "device",
-                                "driver context and kernels: seen by nvidia-smi, not by torch"))
+    components += cuda_overhead_components(over)
     reserved = allocated + over.reserved_slack
     device = reserved + over.cuda_context
     low, high = min(over.range_low, device), max(over.range_high, device)
@@ -147,6 +144,14 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
         extra={**({"expected_error": band} if band else {}), "load": phases[LOAD_PHASE]},
         host_bytes=static["sharded"]["host"] + parts["offload_host"] * setup.gpus,   # offloaded activations: per GPU
     )
+
+
+def cuda_overhead_components(over) -> list[Component]:
+    """What a CUDA run holds beyond its tensors: allocator slack (reserved) and the CUDA context (device)."""
+    return [Component("allocator slack", over.reserved_slack, "reserved",
+                      "caching-allocator rounding and fragmentation (reserved - allocated)"),
+            Component("CUDA context", over.cuda_context, "device",
+                      "driver context and kernels: seen by nvidia-smi, not by torch")]
 
 
 def _teacher(setup: TrainingSetup) -> ModelSpec | None:

@@ -55,14 +55,7 @@ def trace_fake(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progress: 
         raise SourceError(f"cannot trace {spec.name}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}; "
                           f"`memfit estimate` gives the analytic estimate") from None
     wall = time.perf_counter() - start
-    totals = {k: v for k, v in tracker.peak_totals.items() if k != "inputs"}
-    totals["weights"] += tracker.peak_totals.get("inputs", 0)
-    components = [Component(name, nbytes, "allocated", "traced") for name, nbytes in totals.items() if nbytes]
-    components.append(Component("cuBLAS workspace", CUBLAS_WORKSPACE_BYTES, "allocated", "accounted"))
-    allocated = sum(c.bytes for c in components)
-    over = overheads(allocated)
-    components += [Component("allocator slack", over.reserved_slack, "reserved", "accounted"),
-                   Component("CUDA context", over.cuda_context, "device", "accounted")]
+    components, allocated, over = traced_components(tracker)
     reserved = allocated + over.reserved_slack
     _, paged, _ = states.optimizer_state_bytes(spec, setup, stack)
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -77,6 +70,20 @@ def trace_fake(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progress: 
                          + (" + peft" if setup.method != "full" else "") + f"), {steps} steps",
                "accounted": info["accounted"], "wall_s": round(wall, 2), "peak_rss_bytes": peak_rss},
     )
+
+
+def traced_components(tracker) -> tuple[list[Component], int, object]:
+    """The tracker's peak as components (the batch's inputs count with the weights), plus what a CPU cannot run
+    and the estimate adds the same way (cuBLAS workspace, allocator slack, CUDA context)."""
+    totals = {k: v for k, v in tracker.peak_totals.items() if k != "inputs"}
+    totals["weights"] += tracker.peak_totals.get("inputs", 0)
+    components = [Component(name, nbytes, "allocated", "traced") for name, nbytes in totals.items() if nbytes]
+    components.append(Component("cuBLAS workspace", CUBLAS_WORKSPACE_BYTES, "allocated", "accounted"))
+    allocated = sum(c.bytes for c in components)
+    over = overheads(allocated)
+    components += [Component("allocator slack", over.reserved_slack, "reserved", "accounted"),
+                   Component("CUDA context", over.cuda_context, "device", "accounted")]
+    return components, allocated, over
 
 
 @contextlib.contextmanager

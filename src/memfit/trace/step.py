@@ -202,14 +202,20 @@ def train_step(model: nn.Module, optimizer, inputs: dict, stack: Stack, micro: i
     tracker.phase, tracker.where = "optimizer step", ""
     if on_first_step:
         on_first_step()
+    optimizer_step(optimizer, tracker)
+    if bar:
+        bar.tick("optimizer step")
+
+
+def optimizer_step(optimizer, tracker: PeakTracker) -> None:
+    """Step, tag the state the optimizer created as its state, and free the gradients (set_to_none)."""
+    tracker.phase, tracker.where = "optimizer step", ""
     optimizer.step()
     for state in optimizer.state.values():
         for value in state.values():
             if isinstance(value, torch.Tensor):
                 tracker.retag(value, "optimizer state")
     optimizer.zero_grad(set_to_none=True)
-    if bar:
-        bar.tick("optimizer step")
 
 
 def run_steps(spec: ModelSpec, setup: TrainingSetup, stack: Stack, built: Built, tracker: PeakTracker,

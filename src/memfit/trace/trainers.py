@@ -29,7 +29,6 @@ from ..estimator import Component, Estimate
 from ..params import count_params
 from ..physics import states
 from ..physics import trainers as physics
-from ..physics.overhead import CUBLAS_WORKSPACE_BYTES, overheads
 from ..physics.stack import resolve_stack
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
@@ -243,14 +242,9 @@ def trace_trainer(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progres
         for name, fn in originals.items():
             setattr(kernels, name, fn)
     wall = time.perf_counter() - start
-    totals = {k: v for k, v in tracker.peak_totals.items() if k != "inputs"}
-    totals["weights"] += tracker.peak_totals.get("inputs", 0)
-    components = [Component(name, nbytes, "allocated", "traced") for name, nbytes in totals.items() if nbytes]
-    components.append(Component("cuBLAS workspace", CUBLAS_WORKSPACE_BYTES, "allocated", "accounted"))
-    allocated = sum(c.bytes for c in components)
-    over = overheads(allocated)
-    components += [Component("allocator slack", over.reserved_slack, "reserved", "accounted"),
-                   Component("CUDA context", over.cuda_context, "device", "accounted")]
+    from .measure import traced_components
+
+    components, allocated, over = traced_components(tracker)
     reserved = allocated + over.reserved_slack
     _, paged, _ = states.optimizer_state_bytes(spec, micro, stack)
     from .measure import DEVIATIONS as STEP_DEVIATIONS
@@ -270,6 +264,8 @@ def trace_trainer(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progres
 
 def _run(spec, setup, micro, stack, built, ref, tracker, steps, materialize, track_weights, install_hooks,
          make_optimizer, cuda_like_kernels) -> None:
+    from .step import optimizer_step
+
     model = built.model
     fake = materialize(built, fake=True)
     track_weights(model, built, micro, tracker)
@@ -303,10 +299,4 @@ def _run(spec, setup, micro, stack, built, ref, tracker, steps, materialize, tra
                 tracker.phase, tracker.default_category, tracker.where = "backward", "logits and loss", "loss"
                 (loss / micro_steps).backward()
                 del loss
-            tracker.phase, tracker.where = "optimizer step", ""
-            optimizer.step()
-            for state in optimizer.state.values():
-                for value in state.values():
-                    if isinstance(value, torch.Tensor):
-                        tracker.retag(value, "optimizer state")
-            optimizer.zero_grad(set_to_none=True)
+            optimizer_step(optimizer, tracker)
