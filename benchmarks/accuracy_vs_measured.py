@@ -412,15 +412,20 @@ def write_readme_headline(report: dict) -> None:
     README.write_text(f"{head}{start}\n{readme_headline(report)}\n{end}{tail}")
 
 
-def main() -> None:
+def main() -> bool:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--no-write", action="store_true",
+                        help="print the report only; leave the results, error bands, docs and README as they are")
     args = parser.parse_args()
     if not args.csv.is_file():
         raise SystemExit(f"error: {args.csv} not found (the calibration set lives in ../shared/calibration)")
     with args.csv.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     report = evaluate(rows)
+    if args.no_write:
+        print(markdown(report))
+        return False
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=1) + "\n")
     (ROOT / "benchmarks" / "results" / "accuracy_vs_measured.md").write_text(markdown(report))
@@ -428,10 +433,11 @@ def main() -> None:
     (ROOT / "src" / "memfit" / "data" / "error_bands.json").write_text(json.dumps(bands, indent=1) + "\n")
     write_readme_headline(report)
     print(markdown(report))
+    return True
 
 
 if __name__ == "__main__":
-    main()
-    import accuracy_doc  # noqa: E402  (same folder)
+    if main():
+        import accuracy_doc  # noqa: E402  (same folder)
 
-    accuracy_doc.main()
+        accuracy_doc.main()
