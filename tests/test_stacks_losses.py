@@ -183,3 +183,61 @@ def test_plain_loss_matches_torch():
     predicted = m.saved + max(m.forward_extra, m.backward_extra)
     assert predicted == 3 * 2 * T * V
     assert abs(tracker.peak - predicted) <= 0.02 * predicted + 4 * T * H + 8192, (tracker.peak, predicted)
+
+
+def _partitioner_saved(fn, *args):
+    """The tensors torch.compile's forward graph saves for backward: AOTAutograd with inductor's decomposition
+    table and the min-cut partitioner inductor uses (torch/_functorch/partitioners.py, compiler="inductor"); the
+    forward graph's outputs past the first (the loss) are what the backward reads."""
+    import functools
+
+    import torch
+    from functorch.compile import aot_function, make_boxed_func, min_cut_rematerialization_partition
+    from torch._inductor.decomposition import select_decomp_table
+
+    got = {}
+
+    def fw(gm, _):
+        outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        got["saved"] = [o.meta["val"] for o in outs[1:]]
+        return make_boxed_func(gm)
+
+    f = aot_function(fn, fw_compiler=fw, bw_compiler=lambda gm, _: make_boxed_func(gm),
+                     partition_fn=functools.partial(min_cut_rematerialization_partition, compiler="inductor"),
+                     decompositions=select_decomp_table())
+    f(*args).backward()
+    return [(tuple(t.shape), t.dtype) for t in got["saved"] if isinstance(t, torch.Tensor)]
+
+
+def test_compiled_torchtune_chunked_loss_saves_bf16_logits_not_the_fp32_log_softmax():
+    """torchtune compiles each chunk's cross-entropy (training/_compile.py compile_loss; 0.7.0
+    modules/loss/cross_entropy_loss.py:87-115 compute_cross_entropy: linear, logits.float(), F.cross_entropy).
+    Run through the partitioner, that chunk saves its logits in bf16 and two fp32 per-row reductions, not the fp32
+    log-softmax eager saves: memfit's compiled saved set is exactly the partitioner's, chunk for chunk."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    t, H, V = 64, 32, 1000
+    h = torch.randn(t, H, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(V, H, dtype=torch.bfloat16, requires_grad=True)
+    y = torch.randint(0, V, (t,))
+
+    def compute_cross_entropy(hidden_chunk, weight, target_chunk):
+        return F.cross_entropy(F.linear(hidden_chunk, weight).float(), target_chunk, reduction="sum")
+
+    saved = _partitioner_saved(compute_cross_entropy, h, w, y)
+    logits = [s for s in saved if s[0] == (t, V)]
+    assert logits == [((t, V), torch.bfloat16)]                  # no fp32 (t, V) tensor
+    rows = [s for s in saved if s[0] == (t, 1)]
+    assert rows == [((t, 1), torch.float32)] * 2
+
+    spec = load_model("llama-3.2-1b")
+    T = 2 * 2048
+    eager, _ = _loss(spec, recipe="torchtune", batch_size=2, seq_len=2048, loss="chunked")
+    comp, _ = _loss(spec, recipe="torchtune", batch_size=2, seq_len=2048, loss="chunked", compile=True)
+    hidden_copy = T * spec.hidden_size * 2                        # the masked hidden states, both ways
+    per_token = logits[0][1].itemsize * spec.vocab_size + torch.float32.itemsize * len(rows)   # the partitioner's
+    assert comp.saved - hidden_copy == per_token * T
+    assert eager.saved - hidden_copy == 4 * T * spec.vocab_size
+    assert comp.forward_extra == 0 < eager.forward_extra
+    assert comp.backward_extra == 2 * T * spec.vocab_size // 8   # one chunk's bf16 gradient

@@ -24,6 +24,9 @@ TT-11), drops from 60.0 to 51.0 GiB where the rules above would drop 15 GiB, and
 COMPILE_REALIZED_SHARE of the difference to the ideal -- a measured share, not a derived one, and said so in the
 assumptions. The trace runs eager code and does not cover a
 compiled step.
+
+The loss is priced in physics/loss.py: torchtune compiles its chunked cross-entropy on its own, which the
+partitioner reduces to the logits in their own dtype and two fp32 row reductions (COMPILED_CE_ROW_BYTES there).
 """
 
 from __future__ import annotations

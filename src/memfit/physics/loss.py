@@ -22,6 +22,17 @@ from ..spec import ModelSpec
 from .stack import Stack
 
 TORCHTUNE_CHUNKS = 8          # torchtune 0.7.0 LinearCrossEntropyLoss(num_output_chunks=8), cross_entropy_loss.py:31
+# torchtune compiles the chunked loss's per-chunk cross-entropy in place whenever compile=True:
+# training/_compile.py compile_loss (pytorch/torchtune@1814feb17 :74-77 `loss.compute_cross_entropy =
+# torch.compile(...)` for CEWithChunkedOutputLoss; @bd2a0fc7c (0.7.0) :70-71 apply_compile_strategy,
+# modules/loss/cross_entropy_loss.py:54-70, compiling compute_cross_entropy :87-115, logits.float() ->
+# F.cross_entropy). In place, so it holds even where a recipe drops compile_loss's return value
+# (full_finetune_single_device.py @1814feb17:291-292), which leaves a plain nn.CrossEntropyLoss eager.
+# Inductor decomposes log_softmax into pointwise ops around two row reductions (max and log-sum-exp), and the
+# min-cut partitioner (torch/_functorch/partitioners.py, compiler="inductor") recomputes the pointwise ops in
+# backward: it saves the chunk's logits in their own dtype and the two fp32 row reductions instead of the fp32
+# log-softmax (tests/test_stacks_losses.py runs the partitioner on that function).
+COMPILED_CE_ROW_BYTES = 2 * 4
 LITGPT_CHUNK_TOKENS = 128     # litgpt lm_head_chunk_size=128 (finetune/lora.py)
 # TRL 1.7-1.14 chunked_nll: huggingface/trl@f2cd577 trl/trainer/sft_trainer.py:86.
 TRL_NLL_CHUNK_TOKENS = 256
@@ -102,6 +113,14 @@ def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack, tokens: int
         # torchtune LinearCrossEntropyLoss: ignored tokens masked out (a copy of the hidden states, saved by the
         # output projection), then per chunk output(hidden).float() -> cross_entropy, whose fp32 log-softmax is saved.
         chunk = TV // TORCHTUNE_CHUNKS
+        if stack.compiled:
+            # With compile=True every torchtune recipe compiles each chunk's cross-entropy in place (see
+            # COMPILED_CE_ROW_BYTES): the chunk's logits are saved in their own dtype with two fp32 numbers per row,
+            # and its backward is one fused kernel that writes the chunk's gradient in the logits' dtype.
+            return LossMemory(saved=logit * TV + COMPILED_CE_ROW_BYTES * T + T * H * hidden_b + softcap,
+                              forward_extra=0, backward_extra=logit * chunk,
+                              note=f"torchtune chunked cross-entropy ({TORCHTUNE_CHUNKS} chunks) compiled: each "
+                                   "chunk's logits kept in their dtype, no fp32 log-softmax")
         return LossMemory(saved=4 * TV + T * H * hidden_b + softcap, forward_extra=(logit + 4) * chunk,
                           backward_extra=8 * chunk + logit * chunk,
                           note=f"torchtune LinearCrossEntropyLoss ({TORCHTUNE_CHUNKS} chunks, fp32 log-softmax of "
