@@ -148,6 +148,8 @@ def main() -> None:
         if path.is_file():
             parts.append(path.read_text())
     parts.append(KNOWN_GAPS)
+    # Per-stack write-ups of rows whose remaining error has a cause found in source (benchmarks/results/notes_*.md).
+    parts.extend(path.read_text() for path in sorted(RESULTS.glob("notes_*.md")))
     (ROOT / "docs").mkdir(exist_ok=True)
     (ROOT / "docs" / "accuracy.md").write_text("\n".join(parts))
     print(f"wrote {ROOT / 'docs' / 'accuracy.md'}")
