@@ -30,8 +30,8 @@ h the hidden size, f the MLP width, t the tensor-parallel degree:
 Both assume no s x s attention scores are saved: Transformer Engine's fused attention saves none, so recompute
 "none" and "selective" (which recomputes only core attention) hold the same here. Full recompute keeps each
 layer's input, 2 s b h (/ t with sequence parallelism), and rebuilds one layer at a time in backward.
-Outside the layers: the embedding's int64 input and dropout mask per micro-batch in flight, and on a single
-stage the output layer's input and logits. Megatron's without-sequence-parallel report adds 5% for "optimizer and
+Outside the layers: the embedding's int64 input and dropout mask per micro-batch in flight on the first stage,
+and on the last stage the output layer's input and logits of one micro-batch. Megatron's without-sequence-parallel report adds 5% for "optimizer and
 miscellaneous temporaries"; memfit keeps that as its own component.
 """
 
