@@ -315,6 +315,9 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
         walk.add(8)                                    # embedding saves the int64 indices
     if spec.embd_dropout > 0 and not stack.compiled:
         walk.add(spec.hidden_size)
+    if spec.embed_norm and train:
+        # BLOOM's word_embeddings_layernorm: with a frozen base its input needs no grad and it saves nothing.
+        walk.norm(spec.hidden_size, stack.residual_bytes, True)
     walk.norm(spec.hidden_size, stack.residual_bytes, walk.norms_train)
     walk.linear_inputs(spec.hidden_size, stack.residual_bytes, 1)
     if "embed" in outer:

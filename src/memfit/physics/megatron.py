@@ -31,8 +31,8 @@ Both assume no s x s attention scores are saved: Transformer Engine's fused atte
 "none" and "selective" (which recomputes only core attention) hold the same here. Full recompute keeps each
 layer's input, 2 s b h (/ t with sequence parallelism), and rebuilds one layer at a time in backward.
 Outside the layers: the embedding's int64 input and dropout mask per micro-batch in flight on the first stage,
-and on the last stage the output layer's input and logits of one micro-batch. Megatron's without-sequence-parallel report adds 5% for "optimizer and
-miscellaneous temporaries"; memfit keeps that as its own component.
+and on the last stage the output layer's input and logits of one micro-batch. Megatron's without-sequence-parallel
+report adds 5% for "optimizer and miscellaneous temporaries"; memfit keeps that as its own component.
 """
 
 from __future__ import annotations
