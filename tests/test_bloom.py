@@ -71,15 +71,30 @@ def test_estimate_matches_the_trace_of_bloom_for_causal_lm(setup):
         warnings.simplefilter("ignore")
         measured = trace(spec, run)
     est = estimate(spec, run)
-    assert est.peak_allocated_bytes == pytest.approx(measured.peak_allocated_bytes, rel=0.02)
+    # The usual bound is 2%; BLOOM's cells agree within 0.2% (an fp32 residual stream missed under
+    # checkpointing was -1.3%, so the bound is kept tight enough to catch that).
+    assert est.peak_allocated_bytes == pytest.approx(measured.peak_allocated_bytes, rel=0.005)
 
 
-def test_embedding_layernorm_saves_its_input_only_when_the_base_trains():
+def test_autocast_makes_blooms_residual_stream_fp32():
+    """word_embeddings_layernorm returns fp32 under CUDA autocast, so the checkpoints are 4 B per element."""
+    from memfit.physics.activations import checkpoint_bytes
+    from memfit.physics.stack import resolve_stack
+
+    spec = load_model("bloom-560m")
+    for precision, width in (("bf16-mixed", 4), ("bf16", 2)):
+        setup = TrainingSetup(method="lora", precision=precision, grad_ckpt=True, seq_len=1024)
+        stack = resolve_stack(spec, setup)
+        assert stack.autocast == (precision == "bf16-mixed")
+        assert checkpoint_bytes(spec, setup, stack) == 1024 * 1024 * width
+
+
+def test_embedding_layernorm_saves_its_input_only_when_that_input_needs_a_grad():
     from memfit.physics.activations import head_coefficient
     from memfit.physics.stack import resolve_stack
 
     spec, plain = _tiny(), _tiny().replace(embed_norm=False)
-    for method, extra in (("full", 256 * 2 + 8), ("lora", 0)):     # bf16 input + fp32 mean and rstd
-        setup = TrainingSetup(method=method, precision="bf16")
+    for method, ckpt, extra in (("full", False, 256 * 2 + 8), ("lora", False, 0), ("lora", True, 256 * 2 + 8)):
+        setup = TrainingSetup(method=method, precision="bf16", grad_ckpt=ckpt)   # bf16 input + fp32 mean, rstd
         assert head_coefficient(spec, setup, resolve_stack(spec, setup)) - \
             head_coefficient(plain, setup, resolve_stack(plain, setup)) == extra
