@@ -377,3 +377,48 @@ def test_interleaved_last_stage_holds_vpp_minus_one_rounds_plus_one_chunk():
     plain = stage_estimates(spec, gpus=8, tp=2, pp=4, sequence_parallel=True, recompute="selective",
                             distributed_optimizer=True, grad_accum=8, seq_len=4096)
     assert est["last"].component("activations") == round(plain["last"].component("activations") * 2.5)
+
+
+def test_dispatch_token_counts_are_megatrons_own_routing():
+    """Megatron's own router token dropping and permutation (tests/vendor/megatron/core_moe/moe_utils.py, copied
+    from Megatron-LM@d98e8a64) on CPU tensors: the tokens its experts receive are memfit's routed tokens, padded
+    (exactly E x capacity) and dropping without padding (the worst step: every rank routes all it can to the
+    experts of rank 0, two of four, expert parallel 2)."""
+    import torch
+
+    from megatron.core_moe import moe_utils as mcore
+
+    spec = ModelSpec.from_hf_config(dict(model_type="mixtral", hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                         num_local_experts=4, num_experts_per_tok=2, vocab_size=256),
+                                    name="moe-4x", source="test")
+    tokens, topk, experts, factor = 100, 2, 4, 1.0
+
+    def routed(logits, pad):
+        scores, top = torch.topk(logits, topk, dim=-1)
+        probs = torch.zeros_like(logits).scatter(1, top, torch.softmax(scores, dim=-1))
+        routing_map = torch.zeros_like(logits).int().scatter(1, top, 1).bool()
+        probs, routing_map = mcore.apply_router_token_dropping(probs, routing_map, router_topk=topk,
+                                                               capacity_factor=factor, pad_to_capacity=pad)
+        return probs, routing_map
+
+    torch.manual_seed(0)
+    # Padded, one rank: permute(drop_and_pad) hands the experts E x capacity token copies.
+    setup = TrainingSetup(recipe="megatron", gpus=1, seq_len=tokens, moe_capacity_factor=factor,
+                          moe_pad_expert_input_to_capacity=True)
+    lay = megatron.layout(setup)
+    capacity = mcore.get_capacity(num_tokens=tokens * topk, num_experts=experts, capacity_factor=factor)
+    assert megatron_moe.capacity(spec, setup, lay) == capacity == 50
+    probs, routing_map = routed(torch.randn(tokens, experts), pad=True)
+    permuted, *_ = mcore.permute(torch.randn(tokens, 64), routing_map, probs=probs,
+                                 num_out_tokens=capacity * experts, drop_and_pad=True)
+    assert permuted.shape[0] == megatron_moe.expert_tokens(spec, setup, lay) == 200
+    # Dropping without padding, ep 2: both ranks prefer experts 0 and 1, which rank 0 holds.
+    setup = TrainingSetup(recipe="megatron", gpus=2, ep=2, seq_len=tokens, moe_capacity_factor=factor)
+    lay = megatron.layout(setup)
+    skewed = torch.randn(tokens, experts) + torch.tensor([10.0, 10.0, 0.0, 0.0])
+    received = sum(int(routed(skewed, pad=False)[1][:, :2].sum()) for _ in range(2))
+    assert received == megatron_moe.expert_tokens(spec, setup, lay) == 2 * 2 * capacity
+    # and dropless Megatron on one rank routes exactly tokens x top-k, memfit's balanced count
+    setup = TrainingSetup(recipe="megatron", gpus=1, seq_len=tokens)
+    assert megatron_moe.expert_tokens(spec, setup, megatron.layout(setup)) == tokens * topk

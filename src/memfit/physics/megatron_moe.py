@@ -18,7 +18,8 @@ shard the router and dispatcher read). What a Megatron MoE layer keeps on top of
 - Capacity (moe_utils.py:248-266 get_capacity): ceil(tokens x top-k / experts x factor), tokens being the layer's
   input on this GPU. With --moe-pad-expert-input-to-capacity every local expert receives exactly that many tokens
   from each of the tp x ep ranks (token_dispatcher.py:516-531), E x capacity x tp in all; with a factor but no
-  padding that is the most a step can receive (tokens over capacity are dropped, none added); dropless
+  padding, the most a step can receive: tp x min(E x capacity, ep x tokens x top-k) (tokens over capacity are
+  dropped, none added; with ep 1 that is the balanced count, as no expert can take more than it is sent); dropless
   (no factor) Megatron receives whatever the router sends, priced here at the balanced average tokens x top-k x tp
   (an imbalanced step receives more, unbounded).
 """
@@ -55,9 +56,13 @@ def expert_tokens(spec: ModelSpec, setup, lay) -> float:
     cap = capacity(spec, setup, lay)
     if cap is None:
         return tokens * spec.experts_per_token * lay.tp
-    if not lay.pad_to_capacity:
-        cap = min(cap, math.ceil(tokens))      # moe_utils.py:1058-1060: a token reaches an expert at most once
-    return spec.num_experts * cap * lay.tp
+    if lay.pad_to_capacity:
+        return spec.num_experts * cap * lay.tp
+    # Dropping without padding: each local expert takes at most `capacity` tokens from each of the tp x ep ranks
+    # (a rank sends an expert each token at most once, moe_utils.py:1058-1060), and no rank receives more than
+    # the ep ranks' tokens x top-k: the worst step routes everything it can to this rank's experts.
+    per_expert = min(cap, math.ceil(tokens))
+    return lay.tp * min(spec.num_experts * per_expert, lay.ep * tokens * spec.experts_per_token)
 
 
 def saved_bytes_per_layer(spec: ModelSpec, setup, lay) -> float:
