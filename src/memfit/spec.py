@@ -43,7 +43,8 @@ FAMILY_TRAITS: dict[str, dict] = {
                   names=_LLAMA_NAMES, embed_scale=True, tied_default=True),
     "gemma2": dict(layer="Gemma2DecoderLayer",
                    mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma", norms=4,
-                   names=_LLAMA_NAMES, embed_scale=True, tied_default=True, sdpa=False),
+                   names=_LLAMA_NAMES, embed_scale=True, tied_default=True, sdpa=False,
+                   eager_why="attention soft-capping"),
     "gemma3_text": dict(layer="Gemma3DecoderLayer",
                         mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma", norms=4,
                         names=_LLAMA_NAMES, embed_scale=True, tied_default=True, qk_norm="head"),
@@ -67,7 +68,8 @@ FAMILY_TRAITS: dict[str, dict] = {
     # custom autograd Function that saves only its input, :142-152), a LayerNorm on the word embeddings
     # (word_embeddings_layernorm, :425), tied head (BloomConfig tie_word_embeddings True).
     "bloom": dict(layer="BloomBlock", mlp="plain", act="gelu", norm="layernorm", all_bias=True, fused_qkv=True,
-                  tied_default=True, sdpa=False, embed_norm=True, names=_NEOX_NAMES),
+                  tied_default=True, sdpa=False, eager_why="ALiBi: BloomAttention is its own baddbmm + softmax",
+                  embed_norm=True, names=_NEOX_NAMES),
     "stablelm": dict(layer="StableLmDecoderLayer", mlp="gated", act="silu", norm="layernorm", names=_LLAMA_NAMES),
     # OLMo 2's RMSNorm multiplies the weight in fp32 before casting back: "gemma" style (modeling_olmo2.py).
     "olmo2": dict(layer="Olmo2DecoderLayer",

@@ -178,8 +178,9 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     attn = setup.attn
     if attn == "sdpa" and not spec.sdpa_supported:
         attn = "eager"
-        notes.append(f"{spec.model_type} has no SDPA path in transformers (attention soft-capping): it runs eager "
-                     f"attention, which keeps the s x s scores")
+        why = spec.traits.get("eager_why", "")
+        notes.append(f"{spec.model_type} has no SDPA path in transformers" + (f" ({why})" if why else "")
+                     + ": it runs eager attention, which keeps the s x s scores")
     lora_layers = spec.num_layers
     if setup.method == "lisa":
         lora_layers = min(setup.lisa_layers, spec.num_layers)       # the layers active in one interval
