@@ -110,6 +110,9 @@ def row_spec(row: dict) -> ModelSpec:
             native = RASBT_STEP[row["id"]] >= 6
             config.update(resid_pdrop=RASBT_DROPOUT, attn_pdrop=RASBT_DROPOUT, embd_pdrop=RASBT_DROPOUT,
                           activation_function="gelu_pytorch_tanh" if native else "gelu_new")
+    elif mt == "bloom":
+        # bloomz-7b1 config.json: hidden_dropout and attention_dropout 0.0 (catalog bloom-7b1.json note).
+        config.update(hidden_size=h, n_layer=layers, n_head=heads, hidden_dropout=0.0, attention_dropout=0.0)
     elif mt == "falcon":
         config.update(hidden_size=h, num_hidden_layers=layers, num_attention_heads=heads,
                       multi_query=int(row["num_kv_heads"]) == 1, parallel_attn=True, bias=False)

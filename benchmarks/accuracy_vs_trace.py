@@ -35,7 +35,7 @@ from memfit.trace.measure import COUNTER_ROWS, compare  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 # The smallest catalog model of each family: trace time grows with layers, not parameters.
 FAMILIES = ["llama-3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-2-2b", "gemma-3-1b", "phi-2", "phi-3-mini-4k",
-            "smollm2-135m", "pythia-160m", "stablelm-2-1.6b", "olmo-2-1b", "gpt2", "tinyllama-1.1b"]
+            "smollm2-135m", "pythia-160m", "stablelm-2-1.6b", "olmo-2-1b", "gpt2", "tinyllama-1.1b", "bloom-560m"]
 
 
 # Vision-language models (--vlm): the smallest catalog VLM of each family, over methods, image sizes, pixel limits,

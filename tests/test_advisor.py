@@ -211,3 +211,21 @@ def test_text_advice_lists_fitting_changes_with_their_commands(capsys):
     assert first[2].strip() == ("run:  memfit estimate meta-llama/Llama-3.1-8B --method lora --batch-size 1 "
                                 "--seq-len 4096 --grad-accum 8 --grad-ckpt --chunked-ce --gpu rtx-4090")
     assert "DOES NOT FIT on NVIDIA GeForce RTX 4090" in head
+
+
+def test_smaller_model_is_smaller_for_a_moe_model():
+    """Qwen3-30B-A3B QLoRA keeps its fused experts in 16 bits (physics/moe.py), so the dense Qwen3-32B needs far
+    less memory while having more parameters: it is no "smaller model". The lever offers a member with fewer
+    parameters whose run needs less memory than this one."""
+    from memfit.sources.catalog import find_entry
+
+    r = report(Request(model="Qwen/Qwen3-30B-A3B", setup={"method": "qlora"}, gpu="a100-40gb"))
+    base = estimate(load_model("Qwen/Qwen3-30B-A3B"), r.setup)
+    offered = [s for s in r.suggestions if "model" in s.changes]
+    assert offered, "a smaller qwen3 fits a 40 GB card"
+    for s in offered:
+        name = s.changes["model"]
+        assert name != "Qwen/Qwen3-32B"
+        assert find_entry(name)["params"] < find_entry("Qwen/Qwen3-30B-A3B")["params"]
+        assert estimate(load_model(name), r.setup).device_bytes < base.device_bytes
+    assert offered[0].changes["model"] == "Qwen/Qwen3-14B"      # the biggest that is smaller in both senses

@@ -20,7 +20,7 @@ from .errors import MemfitError
 from .estimator import Estimate, estimate
 from .hardware import Hardware
 from .physics.optimizers import OPTIMIZER_FACTS
-from .search import biggest_model, max_int
+from .search import max_int
 from .setup import TrainingSetup
 from .spec import ModelSpec
 from .verdict import verdict
@@ -107,7 +107,7 @@ def suggest(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware, command_f
             candidate = _fit_with(spec, setup, hardware, subset, floor)
             if candidate is not None:
                 fitting.append(candidate)
-    fitting += [c for c in (_more_gpus(spec, setup, hardware), _smaller_model(spec, setup, hardware)) if c]
+    fitting += [c for c in (_more_gpus(spec, setup, hardware), _smaller_model(spec, setup, hardware, base)) if c]
     # Nothing that keeps the typical example fits: raising a Mac's GPU wired limit, then a length below it.
     wired = _wired_limit(spec, setup, hardware, levers) if not fitting else None
     if not fitting and setup.seq_len > 64:
@@ -292,18 +292,30 @@ def _more_gpus(spec, setup, hardware) -> _Candidate | None:
     return None
 
 
-def _smaller_model(spec, setup, hardware) -> _Candidate | None:
+def _smaller_model(spec, setup, hardware, base: Estimate) -> _Candidate | None:
+    """The biggest model of the family that is smaller than this one in both senses: fewer parameters and less
+    memory for the same run. Parameters alone mislead across MoE and dense members (Qwen3-32B has more parameters
+    than Qwen3-30B-A3B, yet its QLoRA needs far less memory, its experts not being 16-bit: physics/moe.py), and
+    memory alone would offer a bigger dense model as the "smaller" one."""
     if not spec.source.startswith("catalog:"):
         return None
-    from .sources.catalog import find_entry, spec_from_entry
+    from .sources.catalog import family_members, find_entry, spec_from_entry
+    from .verdict import fits
 
     entry = find_entry(spec.name)
-    result = biggest_model(setup, hardware, entry["family"]) if entry else None
-    if not result or not result.value or result.value == spec.name:
+    if not entry:
         return None
-    smaller = spec_from_entry(find_entry(result.value))
-    est = estimate(smaller, setup)
-    return _Candidate(frozenset({"smaller-model"}), setup, smaller, est, verdict(est, hardware).status)
+    members = sorted((e for e in family_members(entry["family"]) if e["params"] < entry["params"]),
+                     key=lambda e: e["params"], reverse=True)
+    for member in members:
+        smaller = spec_from_entry(member)
+        try:
+            est = estimate(smaller, setup)
+        except MemfitError:       # the setup does not apply to this model (LoRA on the experts of a dense one)
+            continue
+        if est.device_bytes < base.device_bytes and fits(est, hardware):
+            return _Candidate(frozenset({"smaller-model"}), setup, smaller, est, verdict(est, hardware).status)
+    return None
 
 
 def _shortlist(ranked: list[_Candidate]) -> list[_Candidate]:

@@ -64,6 +64,9 @@ KINDS: tuple[Kind, ...] = (
          "chunks across the GPUs of one sequence, one layer at a time", None),
     Kind("activation temporaries", "allocated", "Megatron: the 5% its theoretical memory report adds for "
          "optimizer and miscellaneous temporaries", None),
+    Kind("MoE dispatch buffers", "allocated", "Megatron MoE: router scores and routing map, the routed tokens "
+         "each expert GEMM saves (padded to capacity with a capacity factor), one layer's all-to-all buffers",
+         "activations"),
     Kind("reference model", "allocated", "preference/RL trainers: a second copy of the frozen weights (TRL's "
          "ref_model when the reference is not the adapter switched off)", "reference model"),
     Kind("reference forward", "allocated", "the reference's no-grad forward: one layer's working set and its "

@@ -174,6 +174,20 @@ def _read_falcon(r: ConfigReader, traits: dict) -> dict:
     )
 
 
+def _read_bloom(r: ConfigReader, traits: dict) -> dict:
+    # configuration_bloom.py: attribute_map n_layer / n_head, the old n_embed key for hidden_size (:52-77);
+    # BloomMLP is 4h wide whatever the config says (modeling_bloom.py:321-323).
+    hidden = r.int("hidden_size", "n_embed")
+    heads = r.int("n_head", "num_attention_heads")
+    return dict(
+        hidden_size=hidden, intermediate_size=4 * hidden, num_layers=r.int("n_layer", "num_hidden_layers"),
+        num_heads=heads, num_kv_heads=heads, head_dim=_per_head(hidden, heads), vocab_size=r.int("vocab_size"),
+        tied_embeddings=r.bool("tie_word_embeddings", True), qkv_bias=True, o_bias=True, mlp_bias=True,
+        norm_bias=True, embed_norm=True, activation="gelu",
+        resid_dropout=r.float("hidden_dropout", 0.0) or 0.0, attn_dropout=r.float("attention_dropout", 0.0) or 0.0,
+    )
+
+
 def _read_phi(r: ConfigReader, traits: dict) -> dict:
     out = read_llama_like(r, traits)
     out.update(qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True, parallel_attn_mlp=True,
@@ -185,7 +199,8 @@ def _read_phi(r: ConfigReader, traits: dict) -> dict:
     return out
 
 
-READERS = {"gpt2": _read_gpt2, "gpt_neox": _read_neox, "falcon": _read_falcon, "phi": _read_phi}
+READERS = {"gpt2": _read_gpt2, "gpt_neox": _read_neox, "falcon": _read_falcon, "phi": _read_phi,
+           "bloom": _read_bloom}
 
 
 def common_traits(traits: dict, r: ConfigReader) -> dict:
@@ -200,7 +215,7 @@ def common_traits(traits: dict, r: ConfigReader) -> dict:
         lm_head_bias=traits.get("lm_head_bias", False),
         sdpa_supported=traits.get("sdpa", True),
     )
-    if "act" in traits and r.config.get("model_type") not in ("gpt2", "gpt_neox", "phi"):
+    if "act" in traits and r.config.get("model_type") not in ("gpt2", "gpt_neox", "phi", "bloom"):
         out["activation"] = r.str("hidden_activation", "hidden_act", default=traits["act"])
     if "norms" in traits:
         out["norms_per_layer"] = traits["norms"]

@@ -51,7 +51,13 @@ def megatron_arguments(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
         words += ["--group-query-attention", "--num-query-groups", spec.num_kv_heads]
     if spec.is_moe:
         words += ["--num-experts", spec.num_experts, "--moe-ffn-hidden-size", spec.moe_intermediate_size,
-                  "--moe-router-topk", spec.experts_per_token]
+                  "--moe-router-topk", spec.experts_per_token,
+                  # the dispatcher physics/megatron_moe.py prices (transformer_config.py:891 defaults to allgather)
+                  "--moe-token-dispatcher-type", "alltoall"]
+        if lay.capacity_factor is not None:
+            words += ["--moe-expert-capacity-factor", f"{lay.capacity_factor:g}"]
+        if lay.pad_to_capacity:
+            words.append("--moe-pad-expert-input-to-capacity")
     words += ["--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
               "--disable-bias-linear"]
     if spec.qkv_bias:

@@ -116,6 +116,7 @@ GENERATIONS = ("hf", "vllm-colocate", "vllm-server")
 RECIPE_NAMES = ("hf", "trl", "trl-1.14", "trl-0.21", "torchtune", "litgpt", "litgpt-0.4", "unsloth", "axolotl",
                 "llamafactory", "ms-swift", "pytorch", "mlx", "megatron", "mps")
 RECOMPUTE = ("none", "selective", "full")   # Megatron --recompute-granularity (none: the flag not given)
+PP_STAGES = ("worst", "first", "last")      # which Megatron pipeline stage the verdict is about
 TOOLS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
 
 # Past these a number is a typo, not a plan: no single device trains 2M tokens per micro-batch.
@@ -274,6 +275,13 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            choices=RECOMPUTE),
     Option("distributed_optimizer", "bool", "Megatron distributed optimizer: fp32 master weights and Adam state "
            "sharded over the data- and context-parallel GPUs", default=False),
+    Option("pp_stage", "choice", "the Megatron pipeline stage estimated: the first (embedding, most micro-batches "
+           "in flight), the last (output layer, logits) or the worst of the two", default="worst",
+           choices=PP_STAGES),
+    Option("moe_capacity_factor", "float", "Megatron --moe-expert-capacity-factor: tokens per expert capped at "
+           "factor x the balanced share, the rest dropped (not given: dropless)", minimum=0.0),
+    Option("moe_pad_expert_input_to_capacity", "bool", "Megatron --moe-pad-expert-input-to-capacity: every expert "
+           "gets exactly its capacity (needs --moe-capacity-factor)", default=False),
     # Preference and RL trainers (physics/trainers.py; the trainers each applies to: trainers.TRAINER_OPTIONS).
     Option("trainer", "choice", "what one step trains: SFT, a preference loss, online RL or distillation",
            default="sft", choices=tuple(TRAINERS)),

@@ -39,7 +39,7 @@ class ParamCounts:
     per_layer: int           # one decoder layer, all of it
     layer_linear_weights: int  # the quantizable matmul weights of one layer (what NF4 stores)
     layer_other: int         # biases, norms, routers kept in 16 bit under QLoRA
-    final_norm: int
+    final_norm: int          # the norms outside the layers: the final one (and BLOOM's embedding LayerNorm)
     lm_head: int             # 0 when tied
     total: int
     largest_linear: int      # elements of the largest single weight matrix (dequantization transient)
@@ -100,7 +100,7 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         norms += _norm_params(spec, spec.q_dim) + _norm_params(spec, spec.kv_dim)
     per_layer = linear_total + norms
     embedding = spec.vocab_size * h + spec.position_embeddings * h
-    final_norm = _norm_params(spec, h)
+    final_norm = _norm_params(spec, h) * (2 if spec.embed_norm else 1)
     lm_head = 0 if spec.tied_embeddings else spec.vocab_size * h + (spec.vocab_size if spec.lm_head_bias else 0)
     if spec.tied_embeddings and spec.lm_head_bias:
         lm_head = spec.vocab_size

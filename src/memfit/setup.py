@@ -76,6 +76,9 @@ class TrainingSetup:
     sequence_parallel: bool | None = None
     recompute: str | None = None                # Megatron recompute granularity: none | selective | full
     distributed_optimizer: bool | None = None
+    pp_stage: str | None = None                 # worst | first | last pipeline stage
+    moe_capacity_factor: float | None = None    # Megatron MoE capacity factor (None: dropless)
+    moe_pad_expert_input_to_capacity: bool | None = None
     # Preference and RL trainers (physics/trainers.py resolves their TRL defaults).
     trainer: str | None = None                  # sft | dpo | ... (options.TRAINERS)
     ref_model: str | None = None                # auto resolves to adapter-off | precomputed | copy | none

@@ -43,7 +43,8 @@ FAMILY_TRAITS: dict[str, dict] = {
                   names=_LLAMA_NAMES, embed_scale=True, tied_default=True),
     "gemma2": dict(layer="Gemma2DecoderLayer",
                    mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma", norms=4,
-                   names=_LLAMA_NAMES, embed_scale=True, tied_default=True, sdpa=False),
+                   names=_LLAMA_NAMES, embed_scale=True, tied_default=True, sdpa=False,
+                   eager_why="attention soft-capping"),
     "gemma3_text": dict(layer="Gemma3DecoderLayer",
                         mlp="gated", act="gelu_pytorch_tanh", norm="rmsnorm", norm_style="gemma", norms=4,
                         names=_LLAMA_NAMES, embed_scale=True, tied_default=True, qk_norm="head"),
@@ -61,6 +62,14 @@ FAMILY_TRAITS: dict[str, dict] = {
                      mlp="plain", act="gelu", norm="layernorm", all_bias=True, fused_qkv=True, names=_NEOX_NAMES),
     "falcon": dict(layer="FalconDecoderLayer",
                    mlp="plain", act="gelu", norm="layernorm", fused_qkv=True, tied_default=True, names=_NEOX_NAMES),
+    # BLOOM (modeling_bloom.py): ALiBi instead of positions (a [b x heads, 1, s] bias built once per forward,
+    # :505-515), its own eager attention only (baddbmm scores in the model dtype, fp32 softmax cast back, :271-284;
+    # no SDPA/flash path), fused query_key_value with the heads interleaved, a 4h GELU MLP (:321-323, BloomGelu a
+    # custom autograd Function that saves only its input, :142-152), a LayerNorm on the word embeddings
+    # (word_embeddings_layernorm, :425), tied head (BloomConfig tie_word_embeddings True).
+    "bloom": dict(layer="BloomBlock", mlp="plain", act="gelu", norm="layernorm", all_bias=True, fused_qkv=True,
+                  tied_default=True, sdpa=False, eager_why="ALiBi: BloomAttention is its own baddbmm + softmax",
+                  embed_norm=True, names=_NEOX_NAMES),
     "stablelm": dict(layer="StableLmDecoderLayer", mlp="gated", act="silu", norm="layernorm", names=_LLAMA_NAMES),
     # OLMo 2's RMSNorm multiplies the weight in fp32 before casting back: "gemma" style (modeling_olmo2.py).
     "olmo2": dict(layer="Olmo2DecoderLayer",
@@ -115,6 +124,7 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
     embed_scale: bool = False                  # Gemma multiplies the embedding by sqrt(hidden)
+    embed_norm: bool = False                   # BLOOM: a LayerNorm on the word embeddings
     attn_logit_softcap: float | None = None
     final_logit_softcap: float | None = None
     sliding_window: int | None = None

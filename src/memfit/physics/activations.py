@@ -315,6 +315,11 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
         walk.add(8)                                    # embedding saves the int64 indices
     if spec.embd_dropout > 0 and not stack.compiled:
         walk.add(spec.hidden_size)
+    if spec.embed_norm and (train or setup.grad_ckpt):
+        # BLOOM's word_embeddings_layernorm saves its input once that input needs a grad: the base trains, or
+        # gradient checkpointing made the embedding output require grad (transformers 5.25 modeling_utils.py
+        # :3192-3200 enable_input_require_grads for every input_ids model). A frozen base without it: nothing.
+        walk.norm(spec.hidden_size, stack.residual_bytes, True)
     walk.norm(spec.hidden_size, stack.residual_bytes, walk.norms_train)
     walk.linear_inputs(spec.hidden_size, stack.residual_bytes, 1)
     if "embed" in outer:

@@ -1,7 +1,14 @@
 """Megatron-Core layouts: tensor, pipeline, context and expert parallelism with the distributed optimizer.
 
-Per GPU, on the most loaded rank: the first pipeline stage, which holds the embedding and, under the 1F1B schedule,
-the most micro-batches in flight (min(micro-batches, pp): it starts pp of them before its first backward).
+Per GPU, on each pipeline stage that can be the most loaded: the first, which holds the embedding and, under the
+1F1B schedule, the most micro-batches in flight (min(micro-batches, pp): it starts pp of them before its first
+backward), and the last, which holds the output layer and the logits of one micro-batch (stages between hold
+fewer micro-batches than the first and neither end). In flight on pipeline rank r: min(warm-up + 1, micro-batches
+x chunks) model chunks, warm-up = pp - r - 1 (plain 1F1B) or 2 (pp - r - 1) + (vpp - 1) pp (interleaved,
+megatron/core/pipeline_parallel/schedules.py:955-977); a chunk is L / (pp x vpp) layers. The last stage always
+holds the output layer's weight, tied or not: with shared embeddings it allocates its own copy and all-reduces
+the gradient with the first (megatron/core/models/gpt/gpt_model.py:277-290 skips the allocation only on the
+first stage; common/language_module/language_module.py:253-257).
 
 Model state follows Megatron-LM's own theoretical memory report (NVIDIA/Megatron-LM@d98e8a64,
 megatron/training/theoretical_memory_usage.py compute_weight_and_optimizer_memory): bf16 parameters (2 B), fp32
@@ -23,9 +30,9 @@ h the hidden size, f the MLP width, t the tensor-parallel degree:
 Both assume no s x s attention scores are saved: Transformer Engine's fused attention saves none, so recompute
 "none" and "selective" (which recomputes only core attention) hold the same here. Full recompute keeps each
 layer's input, 2 s b h (/ t with sequence parallelism), and rebuilds one layer at a time in backward.
-Outside the layers: the embedding's int64 input and dropout mask per micro-batch in flight, and on a single
-stage the output layer's input and logits. Megatron's without-sequence-parallel report adds 5% for "optimizer and
-miscellaneous temporaries"; memfit keeps that as its own component.
+Outside the layers: the embedding's int64 input and dropout mask per micro-batch in flight on the first stage,
+and on the last stage the output layer's input and logits of one micro-batch. Megatron's without-sequence-parallel
+report adds 5% for "optimizer and miscellaneous temporaries"; memfit keeps that as its own component.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ from ..params import layer_linears
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
 
-MEGATRON_OPTIONS = ("tp", "pp", "ep", "vpp", "sequence_parallel", "recompute", "distributed_optimizer")
+MEGATRON_OPTIONS = ("tp", "pp", "ep", "vpp", "sequence_parallel", "recompute", "distributed_optimizer", "pp_stage",
+                    "moe_capacity_factor", "moe_pad_expert_input_to_capacity")
+STAGES = ("first", "last")
 # megatron/training/models/gpt.py:163 make_vocab_size_divisible_by = 128 (times tp: build_tokenizer.py:138).
 VOCAB_DIVISIBLE_BY = 128
 PARAM_BYTES = 2                 # bf16 model parameters
@@ -62,20 +71,28 @@ class Layout:
     recompute: str
     distributed_optimizer: bool
     microbatches: int           # per optimizer step on one pipeline (grad_accum)
+    capacity_factor: float | None = None    # MoE expert capacity factor (None: dropless)
+    pad_to_capacity: bool = False
 
     @property
     def in_flight(self) -> int:
         """Micro-batches whose activations the first stage holds at once under 1F1B."""
         return 1 if self.pp == 1 else min(self.microbatches, self.pp)
 
-    @property
-    def held_stages(self) -> float:
-        """How many stages' worth of activations (L/pp layers for one micro-batch each) the first GPU holds.
-        Plain 1F1B: one per micro-batch in flight. Interleaved: pp x (1 + (pp - 1) / (pp x vpp)), the penalty
-        Narayanan et al. 2021 give and theoretical_memory_usage.py applies (its warm-up runs more chunks)."""
+    def rank(self, stage: str) -> int:
+        return 0 if stage == "first" else self.pp - 1
+
+    def held_stages(self, stage: str = "first") -> float:
+        """How many stages' worth of activations (L/pp layers for one micro-batch each) a stage's GPU holds:
+        its model chunks in flight (schedules.py:955-977) over vpp. On the first GPU of the interleaved schedule
+        that is pp x (1 + (pp - 1) / (pp x vpp)), the penalty Narayanan et al. 2021 give and
+        theoretical_memory_usage.py applies; the last GPU holds (vpp - 1) pp + 1 chunks."""
+        if self.pp == 1:
+            return 1
+        warmup = self.pp - self.rank(stage) - 1
         if self.vpp > 1:
-            return self.pp * (1 + (self.pp - 1) / (self.pp * self.vpp))
-        return self.in_flight
+            warmup = 2 * warmup + (self.vpp - 1) * self.pp
+        return min(warmup + 1, self.microbatches * self.vpp) / self.vpp
 
     def words(self) -> str:
         return (f"tp {self.tp} x pp {self.pp} x cp {self.cp} x dp {self.dp}"
@@ -87,7 +104,9 @@ def layout(setup: TrainingSetup) -> Layout:
     world = setup.world_size
     return Layout(tp=tp, pp=pp, cp=cp, ep=ep, vpp=setup.vpp, dp=world // (tp * pp * cp), expert_dp=world // (tp * ep * pp),
                   sequence_parallel=bool(setup.sequence_parallel) and tp > 1, recompute=setup.recompute,
-                  distributed_optimizer=bool(setup.distributed_optimizer), microbatches=setup.grad_accum)
+                  distributed_optimizer=bool(setup.distributed_optimizer), microbatches=setup.grad_accum,
+                  capacity_factor=setup.moe_capacity_factor,
+                  pad_to_capacity=bool(setup.moe_pad_expert_input_to_capacity))
 
 
 def setup_problems(setup: TrainingSetup) -> list[Problem]:
@@ -113,6 +132,10 @@ def setup_problems(setup: TrainingSetup) -> list[Problem]:
     if setup.vpp > 1 and setup.pp <= 2:
         # megatron/training/arguments.py:1004-1009 with overlap_p2p_comm off (model_parallel_config.py:385).
         p.append(Problem("vpp", "{vpp} (the interleaved schedule) needs {pp} 3 or more"))
+    if setup.moe_pad_expert_input_to_capacity and setup.moe_capacity_factor is None:
+        # megatron/core/transformer/transformer_config.py:1862-1866
+        p.append(Problem("moe_pad_expert_input_to_capacity", "{moe_pad_expert_input_to_capacity} needs "
+                                                              "{moe_capacity_factor} (Megatron pads to capacity)"))
     if setup.shard not in ("none", "ddp"):
         p.append(Problem("shard", f"{{recipe}} megatron shards optimizer state with {{distributed_optimizer}}, "
                                   f"not {{shard}} {setup.shard}"))
@@ -146,6 +169,12 @@ def check_model(spec: ModelSpec, setup: TrainingSetup) -> None:
     elif setup.ep > 1 and spec.num_experts % setup.ep:
         problems.append(Problem("ep", f"{{ep}} {setup.ep} must divide the {spec.num_experts} experts of "
                                       f"{spec.name}"))
+    if setup.moe_capacity_factor is not None and not spec.is_moe:
+        problems.append(Problem("moe_capacity_factor", f"{{moe_capacity_factor}}: {spec.name} has no experts"))
+    if spec.is_moe and setup.tp > 1 and not setup.sequence_parallel:
+        # megatron/core/transformer/moe/moe_layer.py:636-640 raises in training.
+        problems.append(Problem("sequence_parallel", f"{spec.name} is MoE: Megatron trains MoE with {{tp}} > 1 "
+                                                     "only with {sequence_parallel}"))
     if problems:
         raise InvalidSetupError(problems)
 
@@ -166,9 +195,10 @@ class StageParams:
         return self.dense + self.expert
 
 
-def stage_params(spec: ModelSpec, lay: Layout) -> StageParams:
-    """Parameters on the most loaded GPU, counted as Megatron's report counts them: 1/pp of the layers plus the
-    embedding (and, on a single stage, an untied output layer); the final norm is spread over the stages."""
+def stage_params(spec: ModelSpec, lay: Layout, stage: str = "first") -> StageParams:
+    """Parameters on one GPU of a stage, counted as Megatron's report counts them: 1/pp of the layers plus, on
+    the first stage, the embedding and, on the last, the output layer (one matrix for both when pp = 1 and they
+    are tied); the final norm is spread over the stages as the report spreads it."""
     tp_split = replicated = experts = 0
     for lin in layer_linears(spec):
         if lin.parts == ("experts",):
@@ -185,16 +215,19 @@ def stage_params(spec: ModelSpec, lay: Layout) -> StageParams:
     replicated += norms
     final_norm = spec.hidden_size * (2 if spec.norm_bias else 1)
     embedding = padded_vocab(spec, lay.tp) * spec.hidden_size
-    heads = 2 if (not spec.tied_embeddings and lay.pp == 1) else 1
+    if lay.pp == 1:
+        heads = 1 if spec.tied_embeddings else 2
+    else:
+        heads = 1       # the embedding on the first stage, the output layer (own copy when tied) on the last
     dense = ((tp_split * spec.num_layers / lay.pp + heads * embedding) / lay.tp
              + (replicated * spec.num_layers + final_norm) / lay.pp)
     expert = experts * spec.num_layers / lay.pp / (lay.tp * lay.ep)
     return StageParams(dense=round(dense), expert=round(expert))
 
 
-def model_state_bytes(spec: ModelSpec, lay: Layout) -> dict[str, int]:
-    """Weights, fp32 main gradients, fp32 master weights and Adam state on the most loaded GPU."""
-    params = stage_params(spec, lay)
+def model_state_bytes(spec: ModelSpec, lay: Layout, stage: str = "first") -> dict[str, int]:
+    """Weights, fp32 main gradients, fp32 master weights and Adam state on one GPU of a stage."""
+    params = stage_params(spec, lay, stage)
     shard = lay.dp * lay.cp if lay.distributed_optimizer else 1
     expert_shard = lay.expert_dp if lay.distributed_optimizer else 1
     return {"weights": PARAM_BYTES * params.total,
@@ -220,27 +253,34 @@ def layer_activation_bytes(spec: ModelSpec, setup: TrainingSetup, lay: Layout) -
     return sbh * (10 + (8 + 4 * f) / lay.tp)
 
 
-def activation_bytes(spec: ModelSpec, setup: TrainingSetup, lay: Layout) -> dict[str, int]:
-    """The token-dependent parts of the first stage's peak, named as memfit's components."""
+def activation_bytes(spec: ModelSpec, setup: TrainingSetup, lay: Layout, stage: str = "first") -> dict[str, int]:
+    """The token-dependent parts of a stage's peak, named as memfit's components."""
+    from . import megatron_moe
+
     b, s, h = setup.batch_size, setup.seq_len / lay.cp, spec.hidden_size
     v = padded_vocab(spec, lay.tp)
     layers_here = spec.num_layers // lay.pp
     one_layer = layer_activation_bytes(spec, setup, lay)
     split = lay.tp if lay.sequence_parallel else 1       # what sequence parallelism splits outside the TP regions
     out: dict[str, float] = {}
+    held = lay.held_stages(stage)
     if lay.recompute == "full":
-        out["checkpoints"] = 2 * s * b * h / split * layers_here * lay.held_stages
+        out["checkpoints"] = 2 * s * b * h / split * layers_here * held
         out["recomputed layer"] = one_layer
     else:
-        out["activations"] = one_layer * layers_here * lay.held_stages
-    out["embedding and head activations"] = (INDEX_BYTES * s * b + s * b * h) * lay.held_stages / split
-    if lay.pp == 1:
+        out["activations"] = one_layer * layers_here * held
+    if stage == "first" or lay.pp == 1:
+        out["embedding and head activations"] = (INDEX_BYTES * s * b + s * b * h) * held / split
+    if stage == "last" or lay.pp == 1:
         if lay.sequence_parallel:
             out["logits and loss"] = 4 * s * b * h * (1 + v / h) / lay.tp
         else:
             out["logits and loss"] = 2 * (s * b * v / lay.tp + s * b * h)
     if not lay.sequence_parallel:
         out["activation temporaries"] = TEMPORARIES_SHARE * sum(out.values())
+    # Outside Megatron's report (it prices no MoE activations): the router and token dispatch buffers.
+    out["MoE dispatch buffers"] = megatron_moe.dispatch_bytes(spec, setup, lay, layers_here * held,
+                                                              lay.recompute == "full")
     return {name: round(value) for name, value in out.items()}
 
 
@@ -252,16 +292,18 @@ def cp_buffer_bytes(spec: ModelSpec, setup: TrainingSetup, lay: Layout) -> int:
     return backward // lay.tp
 
 
-def assumption(spec: ModelSpec, setup: TrainingSetup, lay: Layout) -> str:
+def assumption(spec: ModelSpec, setup: TrainingSetup, lay: Layout, stage: str = "first") -> str:
     opt = ("distributed optimizer: fp32 master weights and Adam state sharded over "
            f"{lay.dp * lay.cp} data x context parallel GPUs" if lay.distributed_optimizer else
            "no distributed optimizer: every data-parallel replica keeps fp32 master weights and Adam state")
-    return (f"Megatron-Core per GPU on the first pipeline stage (the most loaded): {lay.words()} over "
+    where = ("the only pipeline stage" if lay.pp == 1 else f"the {stage} pipeline stage (the most loaded of first "
+             "and last)")
+    return (f"Megatron-Core per GPU on {where}: {lay.words()} over "
             f"{setup.world_size} GPUs; {opt}; bf16 params with fp32 main gradients; "
             f"{'sequence parallel, ' if lay.sequence_parallel else ''}recompute {lay.recompute}; "
-            + (f"interleaved 1F1B with {lay.vpp} virtual stages per GPU ({lay.held_stages:.2f} stages' "
-               "activations on the first GPU); " if lay.vpp > 1 else
-               f"1F1B schedule with {lay.in_flight} micro-batch(es) in flight on the first stage; ")
+            + (f"interleaved 1F1B with {lay.vpp} virtual stages per GPU ({lay.held_stages(stage):.2f} stages' "
+               f"activations on the {stage} GPU); " if lay.vpp > 1 else
+               f"1F1B schedule with {lay.held_stages(stage):g} micro-batch(es) in flight on the {stage} stage; ")
             + f"vocabulary padded to {padded_vocab(spec, lay.tp)}; activations per Korthikanti et al. 2022 as "
             "megatron/training/theoretical_memory_usage.py computes them (a GeLU-sized MLP: SwiGLU's extra "
             "saved projection is not in it)")

@@ -143,6 +143,11 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
         # A LayerNorm under autocast returns fp32, Linear4bit keeps its input's dtype, so the MLP output and the
         # residual stream after the first layer are fp32.
         residual_bytes = 4
+    if spec.embed_norm and autocast and not recipe.fused_norm:
+        # BLOOM's word_embeddings_layernorm runs in fp32 under CUDA autocast (layer_norm is on autocast's fp32
+        # list) and returns fp32; the blocks add their outputs to that residual (modeling_bloom.py dropout_add),
+        # so the hidden states between layers, and their checkpoints, are fp32 from the first layer on.
+        residual_bytes = 4
     if residual_cast:
         # bf16 layer outputs added to an fp16 residual promote to fp32: from the first residual add on, the
         # hidden states (and the checkpoints of them) are fp32.
@@ -173,8 +178,9 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     attn = setup.attn
     if attn == "sdpa" and not spec.sdpa_supported:
         attn = "eager"
-        notes.append(f"{spec.model_type} has no SDPA path in transformers (attention soft-capping): it runs eager "
-                     f"attention, which keeps the s x s scores")
+        why = spec.traits.get("eager_why", "")
+        notes.append(f"{spec.model_type} has no SDPA path in transformers" + (f" ({why})" if why else "")
+                     + ": it runs eager attention, which keeps the s x s scores")
     lora_layers = spec.num_layers
     if setup.method == "lisa":
         lora_layers = min(setup.lisa_layers, spec.num_layers)       # the layers active in one interval
