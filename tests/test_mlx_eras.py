@@ -95,8 +95,34 @@ def test_every_published_row_is_mapped_or_explained():
     assert pub["rows"] and all(("error" in r) != ("skipped" in r) for r in pub["rows"])
     assert all(r["skipped"] != "no mapping for this row yet" for r in pub["rows"] if "skipped" in r)
     mapped = {r["id"]: r for r in pub["rows"] if "error" in r}
-    # The row whose batches are known to be full length is a check of the model; the rows that give only
-    # the cap are upper bounds, which the estimate must not fall below.
-    assert mapped["M10"]["lengths"] == "real" and abs(mapped["M10"]["error"]) <= 0.12
-    assert all(r["error"] >= 0 for r in mapped.values() if r["lengths"] == "cap")
+    # The rows whose padded length is known (M10: every row full length; M04: the cap reached by the step
+    # reported) check the model; a row that gives only the cap must fall between the estimates at its floor
+    # (its own tokens per step / batch) and at the cap.
+    assert {"M04", "M10"} <= {i for i, r in mapped.items() if r["lengths"] == "real"}
+    assert all(abs(r["error"]) <= 0.12 for r in mapped.values() if r["lengths"] == "real")
+    cap = [r for r in mapped.values() if r["lengths"] == "cap"]
+    assert cap and all(r["range_error"] == 0 and r["floor_estimated_gb"] <= r["measured_gb"] <= r["estimated_gb"]
+                       for r in cap)
     assert mapped["M04"]["unit"] == "GiB"
+
+
+def test_default_knobs_that_cannot_fit_the_reading_leave_the_row_out():
+    # M22: rank 128 on every Linear of mlx-lm's default 16 layers (adapters, gradients and Adam in float32)
+    # plus the 4-bit Qwen3-8B is above the 5.0 GB reading at any length.
+    skipped = {r["id"]: r["skipped"] for r in _published()["rows"] if "skipped" in r}
+    assert "not the defaults" in skipped["M22"]
+
+
+def test_implied_length_is_where_the_estimate_crosses_the_reading():
+    sys.path.insert(0, str(BENCH))
+    import mlx_published
+    row = mlx_published.PUBLISHED["M05"]
+    low, high = (mlx_published.estimate_row(row, s).mlx_peak_bytes for s in (row.floor_seq_len, row.seq_len))
+    reading = (low + high) / 2
+    s = mlx_published.implied_seq_len(row, reading)
+    assert row.floor_seq_len <= s < row.seq_len
+    assert mlx_published.estimate_row(row, s).mlx_peak_bytes <= reading < mlx_published.estimate_row(
+        row, s + 1).mlx_peak_bytes
+    assert mlx_published.implied_seq_len(row, high * 1.01) is None
+    assert mlx_published.range_error(reading, low, high) == 0
+    assert mlx_published.range_error(high / 2, low, high) == pytest.approx(low / (high / 2) - 1)
