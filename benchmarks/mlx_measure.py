@@ -37,6 +37,9 @@ FAMILIES = {
     "llama-3.2-1b": ("meta-llama/Llama-3.2-1B", 4, 1, 1024),  # 2048/32/8/8192, head_dim 64, tied
     "qwen3-0.6b": ("Qwen/Qwen3-0.6B", 4, 2, 768),             # 1024/16/8/3072, head_dim 128 (q_dim > hidden), QK-norm
     "mistral-7b": ("mistralai/Mistral-7B-v0.1", 2, 1, 896),   # 4096/32/8/14336, head_dim 128, untied
+    # 3584/16/8/14336, head_dim 256, 4 norms a layer, gelu_approx, attention and final-logit soft-capping
+    "gemma-2-9b": ("google/gemma-2-9b", 2, 1, 1024),
+    "gemma-3-4b": ("google/gemma-3-4b-it", 2, 1, 1024),       # 2560/8/4/10240, head_dim 256, QK-norm, no capping
 }
 HIDDEN = 256
 
@@ -51,11 +54,18 @@ def scaled_spec(family: str, layers: int, vocab: int):
 
 def mlx_config(spec) -> dict:
     model_type = "llama" if spec.model_type == "mistral" else spec.model_type
-    return dict(model_type=model_type, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
-                intermediate_size=spec.intermediate_size, num_attention_heads=spec.num_heads,
-                num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, rms_norm_eps=1e-6,
-                vocab_size=spec.vocab_size, tie_word_embeddings=spec.tied_embeddings, rope_theta=10000.0,
-                max_position_embeddings=4096, attention_bias=spec.qkv_bias)
+    config = dict(model_type=model_type, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
+                  intermediate_size=spec.intermediate_size, num_attention_heads=spec.num_heads,
+                  num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, rms_norm_eps=1e-6,
+                  vocab_size=spec.vocab_size, tie_word_embeddings=spec.tied_embeddings, rope_theta=10000.0,
+                  max_position_embeddings=4096, attention_bias=spec.qkv_bias)
+    if model_type.startswith("gemma"):      # mlx_lm/models/gemma2.py, gemma3_text.py ModelArgs
+        config.update(query_pre_attn_scalar=spec.head_dim, attn_logit_softcapping=spec.attn_logit_softcap,
+                      final_logit_softcapping=spec.final_logit_softcap,
+                      # gemma3_text reads the mask of layer pattern-1 (5 local : 1 global); the scaled model has
+                      # fewer layers, and the setups' lengths stay below the 512-token window
+                      sliding_window_pattern=min(6, spec.num_layers))
+    return config
 
 
 SETUPS = [
@@ -107,6 +117,10 @@ SETUPS = [
     ("qwen3-0.6b", "full", 1, 512, 3, 2, True, 8192, "bf16", "mlx-lm-0.25"),
     ("llama-3.2-1b", "lora", 1, 1024, 2, 2, False, 8192, "bf16", "mlx-lm-2024"),
     ("qwen2.5-0.5b", "lora", 4, 256, 3, 2, False, 8192, "fp16", "mlx-lm-0.28"),
+    # Gemma: four norms a layer, gelu_approx, Gemma 2's soft-capping (M08's family, in its eager release too).
+    ("gemma-2-9b", "lora", 2, 256, 2, 2, False, 8192, "bf16"),
+    ("gemma-2-9b", "lora-qv", 4, 128, 3, 3, False, 8192, "bf16", "mlx-lm-0.20"),
+    ("gemma-3-4b", "lora", 2, 256, 2, 2, False, 16384, "bf16"),
 ]
 QV_KEYS = ["self_attn.q_proj", "self_attn.v_proj"]
 

@@ -106,8 +106,9 @@ PUBLISHED: dict[str, Row | str] = {
                        "9241.706M parameters printed: unquantized (a quantized model counts packed words)",
                        "batch and length not visible: mlx-lm 0.22.0 defaults (lora.py: batch_size 4, "
                        "max_seq_length 2048); 27,571 trained tokens in 15 steps: the padded length is at least 459",
-                       "gemma2's attention and final-logit soft-capping (mlx_lm/models/gemma2.py: tanh on the "
-                       "S x S scores and on the vocabulary logits) keep buffers the llama-style step model omits")),
+                       "gemma2's four norms a layer, gelu_approx MLP and attention and final-logit soft-capping "
+                       "(mlx_lm/models/gemma2.py: tanh on the S x S scores and on the 256,000-wide logits) are in "
+                       "the step model (physics/mlx.py, measured on the gemma-2-9b setups)")),
     "M09": "unsloth's MLX wrapper (not mlx-lm's lora.py): 6.816M trainable = 13,312 x 512 fits q,v at rank 16 on 32 "
            "layers or rank 32 on 16, and its release of mlx-lm is 'latest' on 2025-06-01; lengths below the 2048 cap "
            "(about 90 tokens a row at step 2)",
