@@ -144,7 +144,11 @@ PUBLISHED: dict[str, Row | str] = {
                        "the figure is prose ('peak mem 6.7 GB'), not the log line")),
 }
 SKIP_KINDS = (("NOT mx peak", "an operating-system reading, not mx.get_peak_memory()"),
-              ("trainer=", "a preference or RL trainer (mlx-tune DPO/ORPO/GRPO), not mlx-lm's SFT step"))
+              ("trainer=", "a preference or RL trainer: mlx-tune's own steps (ARahim3/mlx-tune@9690fe1 "
+                           "mlx_tune/losses.py dpo_loss:296, orpo_loss:387, grpo_loss:732; rl_trainers.py: chosen "
+                           "and rejected forwards with a shared prompt at batch 1, GRPO rollouts with a KV cache), "
+                           "not mlx-lm's SFT step that physics/mlx.py models; layers, rank (8-16) and targets are "
+                           "not stated either"))
 
 
 def _peak_gb(text: str) -> float | None:

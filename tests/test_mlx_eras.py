@@ -126,3 +126,30 @@ def test_implied_length_is_where_the_estimate_crosses_the_reading():
     assert mlx_published.implied_seq_len(row, high * 1.01) is None
     assert mlx_published.range_error(reading, low, high) == 0
     assert mlx_published.range_error(high / 2, low, high) == pytest.approx(low / (high / 2) - 1)
+
+
+def test_gemma2_soft_capping_keeps_one_tanh_output_each():
+    gemma2 = load_model("google/gemma-2-9b", allow_network=False).replace(
+        name="gemma2 small", hidden_size=256, num_heads=2, num_kv_heads=1, intermediate_size=1024, num_layers=2,
+        vocab_size=8192, hf_config_json=None, exact_params=None)
+    uncapped = gemma2.replace(attn_logit_softcap=None, final_logit_softcap=None)
+    b, s, n = 2, 256, 2
+    kw = dict(batch_size=b, seq_len=s, train_layers=n)
+    capped, plain = mlx_estimate(gemma2, **kw), mlx_estimate(uncapped, **kw)
+    assert capped.saved_activations - plain.saved_activations == n * b * s * gemma2.num_heads * s * 2
+    assert capped.logits_and_loss - plain.logits_and_loss == b * s * gemma2.vocab_size * 2
+    # four norms and gelu_approx: two more (tokens, hidden) norm inputs and two more (tokens, intermediate)
+    llama_like = uncapped.replace(norms_per_layer=2, activation="silu")
+    assert (plain.activation_bytes_per_token_layer - mlx_estimate(llama_like, **kw).activation_bytes_per_token_layer
+            == 2 * 256 * 2 + 2 * 1024 * 2)
+
+
+@pytest.mark.parametrize("family,method,era", [("gemma-2-9b", "lora", None), ("gemma-2-9b", "lora-qv", "mlx-lm-0.20")])
+def test_gemma_step_matches_a_real_mlx_step(family, method, era):
+    """mlx-lm's own gemma2 model class, scaled (benchmarks/mlx_measure.py measure(), in its own process)."""
+    pytest.importorskip("mlx_lm")
+    code = (f"import sys, json; sys.path.insert(0, {str(BENCH)!r}); import mlx_measure as m; "
+            f"print(json.dumps(m.measure({family!r}, {method!r}, 2, 128, 2, 2, False, 8192, 'bf16', {era!r})))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert abs(r["error"]) < 0.10, r
