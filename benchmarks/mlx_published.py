@@ -143,7 +143,11 @@ PUBLISHED: dict[str, Row | str] = {
                        "2048 (lora.py CONFIG_DEFAULTS); no token count, so the floor is 1 token",
                        "the figure is prose ('peak mem 6.7 GB'), not the log line")),
 }
-SKIP_KINDS = (("NOT mx peak", "an operating-system reading, not mx.get_peak_memory()"),
+SKIP_KINDS = (("NOT mx peak", "an operating-system reading (Activity Monitor), not mx.get_peak_memory(): it also counts "
+                             "MLX's buffer cache, which the 2024 Metal allocator kept until active + cache reached "
+                             "0.95 x the device's recommended working set (ml-explore/mlx v0.10.0 "
+                             "mlx/backend/metal/allocator.cpp:141-190, gc_limit_; cache cap 1.5 x), so the reading "
+                             "follows the machine's limit rather than the step"),
               ("trainer=", "a preference or RL trainer: mlx-tune's own steps (ARahim3/mlx-tune@9690fe1 "
                            "mlx_tune/losses.py dpo_loss:296, orpo_loss:387, grpo_loss:732; rl_trainers.py: chosen "
                            "and rejected forwards with a shared prompt at batch 1, GRPO rollouts with a KV cache), "
