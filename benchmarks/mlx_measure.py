@@ -11,7 +11,7 @@ default_loss)`` and ``optimizer.update`` inside ``mx.compile(inputs=state, outpu
 Also compares ``mlx_estimate(backend="metal")`` with the published "Peak mem" rows of
 ``../shared/calibration/mlx-measured.csv``, each as its release ran it (``--csv PATH``; benchmarks/mlx_published.py).
 
-    PYTHONPATH=src python benchmarks/mlx_measure.py [--quick] [--csv ../shared/calibration/mlx-measured.csv]
+    PYTHONPATH=src python benchmarks/mlx_measure.py [--quick | --only I ...] [--csv ../shared/calibration/mlx-measured.csv]
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ FAMILIES = {
     "llama-3.2-1b": ("meta-llama/Llama-3.2-1B", 4, 1, 1024),  # 2048/32/8/8192, head_dim 64, tied
     "qwen3-0.6b": ("Qwen/Qwen3-0.6B", 4, 2, 768),             # 1024/16/8/3072, head_dim 128 (q_dim > hidden), QK-norm
     "mistral-7b": ("mistralai/Mistral-7B-v0.1", 2, 1, 896),   # 4096/32/8/14336, head_dim 128, untied
+    # 3584/16/8/14336, head_dim 256, 4 norms a layer, gelu_approx, attention and final-logit soft-capping
+    "gemma-2-9b": ("google/gemma-2-9b", 2, 1, 1024),
+    "gemma-3-4b": ("google/gemma-3-4b-it", 2, 1, 1024),       # 2560/8/4/10240, head_dim 256, QK-norm, no capping
 }
 HIDDEN = 256
 
@@ -51,11 +54,18 @@ def scaled_spec(family: str, layers: int, vocab: int):
 
 def mlx_config(spec) -> dict:
     model_type = "llama" if spec.model_type == "mistral" else spec.model_type
-    return dict(model_type=model_type, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
-                intermediate_size=spec.intermediate_size, num_attention_heads=spec.num_heads,
-                num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, rms_norm_eps=1e-6,
-                vocab_size=spec.vocab_size, tie_word_embeddings=spec.tied_embeddings, rope_theta=10000.0,
-                max_position_embeddings=4096, attention_bias=spec.qkv_bias)
+    config = dict(model_type=model_type, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
+                  intermediate_size=spec.intermediate_size, num_attention_heads=spec.num_heads,
+                  num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, rms_norm_eps=1e-6,
+                  vocab_size=spec.vocab_size, tie_word_embeddings=spec.tied_embeddings, rope_theta=10000.0,
+                  max_position_embeddings=4096, attention_bias=spec.qkv_bias)
+    if model_type.startswith("gemma"):      # mlx_lm/models/gemma2.py, gemma3_text.py ModelArgs
+        config.update(query_pre_attn_scalar=spec.head_dim, attn_logit_softcapping=spec.attn_logit_softcap,
+                      final_logit_softcapping=spec.final_logit_softcap,
+                      # gemma3_text reads the mask of layer pattern-1 (5 local : 1 global); the scaled model has
+                      # fewer layers, and the setups' lengths stay below the 512-token window
+                      sliding_window_pattern=min(6, spec.num_layers))
+    return config
 
 
 SETUPS = [
@@ -100,6 +110,17 @@ SETUPS = [
     ("llama-3.2-1b", "lora-qv", 1, 2048, 2, 2, False, 1024, "bf16", "mlx-lm-0.22"),
     ("qwen3-0.6b", "lora", 1, 1024, 2, 2, False, 8192, "bf16", "mlx-lm-0.28"),
     ("qwen2.5-0.5b", "full", 2, 256, 3, 2, False, 8192, "bf16", "mlx-lm-0.25"),
+    # The published rows' shapes (benchmarks/mlx_published.py), small: DoRA on q,v of 1 of the layers in the
+    # 2024 step (M07), full fine-tuning of the last layers with checkpointing in the compiled 0.25 step (M05),
+    # every-linear LoRA in the 2024 step (M03, M04), fp16 every-linear LoRA in the 0.28 step (M24).
+    ("llama-3.2-1b", "dora-qv", 4, 256, 2, 1, False, 8192, "bf16", "mlx-lm-2024"),
+    ("qwen3-0.6b", "full", 1, 512, 3, 2, True, 8192, "bf16", "mlx-lm-0.25"),
+    ("llama-3.2-1b", "lora", 1, 1024, 2, 2, False, 8192, "bf16", "mlx-lm-2024"),
+    ("qwen2.5-0.5b", "lora", 4, 256, 3, 2, False, 8192, "fp16", "mlx-lm-0.28"),
+    # Gemma: four norms a layer, gelu_approx, Gemma 2's soft-capping (M08's family, in its eager release too).
+    ("gemma-2-9b", "lora", 2, 256, 2, 2, False, 8192, "bf16"),
+    ("gemma-2-9b", "lora-qv", 4, 128, 3, 3, False, 8192, "bf16", "mlx-lm-0.20"),
+    ("gemma-3-4b", "lora", 2, 256, 2, 2, False, 16384, "bf16"),
 ]
 QV_KEYS = ["self_attn.q_proj", "self_attn.v_proj"]
 
@@ -163,9 +184,9 @@ def measure(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype,
             layer.unfreeze()
     else:
         config = {"rank": 8, "dropout": 0.0, "scale": 20.0}
-        if method == "lora-qv":
+        if method.endswith("-qv"):
             config["keys"] = QV_KEYS
-        linear_to_lora_layers(model, trained, config, use_dora=method == "dora")
+        linear_to_lora_layers(model, trained, config, use_dora=method.startswith("dora"))
     if ckpt:
         grad_checkpoint(model.layers[0])
     optimizer = optim.Adam(learning_rate=1e-5)
@@ -190,17 +211,15 @@ def measure(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype,
         mx.eval(state, lvalue, toks)
         peaks.append(mx.get_peak_memory())
     trainable = sum(v.nbytes for _, v in tree_flatten(model.trainable_parameters()))
-    est = mlx_estimate(spec, method="qlora" if bits else ("lora" if method == "lora-qv" else method),
+    est = mlx_estimate(spec, method="qlora" if bits else method.removesuffix("-qv"),
                        batch_size=batch, seq_len=seq_len, train_layers=trained, quant_bits=bits or 4, grad_ckpt=ckpt,
-                       dtype=dtype, backend="cpu", targets=("q", "v") if method == "lora-qv" else ALL_TARGETS,
+                       dtype=dtype, backend="cpu", targets=("q", "v") if method.endswith("-qv") else ALL_TARGETS,
                        **era_args)
     measured = peaks[-1]
     # Clean up explicitly: the next setup's peak must not see this one's arrays.
     del model, optimizer, state, step, loss_value_and_grad
     mx.clear_cache()
-    return {"setup": dict(family=family, method=method, batch_size=batch, seq_len=seq_len, layers=layers,
-                          train_layers=trained, grad_ckpt=ckpt, vocab=vocab, dtype=dtype, hidden=HIDDEN,
-                          era=era or "current"),
+    return {"setup": _setup_dict(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype, era),
             "measured": measured, "estimated": est.mlx_peak_bytes, "error": est.mlx_peak_bytes / measured - 1,
             "first_step_peak": peaks[0], "trainable_bytes_measured": trainable,
             "components": est.components(), "peak_phase": est.peak_phase}
@@ -231,6 +250,9 @@ def main(argv=None) -> int:
     parser.add_argument("--csv", type=Path, help="also compare with published rows (mlx-measured.csv)")
     parser.add_argument("--csv-only", action="store_true", help="skip the MLX measurements")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)   # measure SETUPS[i] and print its JSON
+    parser.add_argument("--only", type=int, nargs="+", metavar="I",
+                        help="measure only SETUPS[I] (0-based) and merge them into the saved results, which keep "
+                             "the other setups' earlier measurements (same mlx / mlx-lm versions required)")
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite results/mlx_measure.md from the saved JSON (no measurement)")
     args = parser.parse_args(argv)
@@ -240,6 +262,8 @@ def main(argv=None) -> int:
     if args.one is not None:
         print(json.dumps(measure(*SETUPS[args.one])))
         return 0
+    if args.only:
+        return _merge_only(args.only, args.csv)
     out: dict = {}
     if not args.csv_only:
         import mlx.core as mx
@@ -277,6 +301,49 @@ def main(argv=None) -> int:
         write_band(out["results"])
         MARKDOWN.write_text(render_md(out), encoding="utf-8")
     return 0
+
+
+def _summary(results: list[dict]) -> dict:
+    errors = [abs(r["error"]) for r in results]
+    return {"n": len(results), "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
+
+
+def _merge_only(indexes: list[int], csv_path: Path | None) -> int:
+    """Measure a subset of SETUPS and merge it into the saved results (a full run takes about 45 minutes on two
+    cores). Results are matched by setup; setups no longer in SETUPS are dropped; the order follows SETUPS."""
+    import mlx.core as mx
+    import mlx_lm
+
+    saved = json.loads(RESULTS.read_text())
+    if (saved["mlx_version"], saved["mlx_lm_version"]) != (mx.__version__, mlx_lm.__version__):
+        raise SystemExit(f"saved results are for mlx {saved['mlx_version']} / mlx-lm {saved['mlx_lm_version']}, "
+                         f"this is {mx.__version__} / {mlx_lm.__version__}: run the full matrix")
+    by_setup = {json.dumps(r["setup"], sort_keys=True): r for r in saved["results"]}
+    for i in indexes:
+        if not 0 <= i < len(SETUPS):
+            raise SystemExit(f"--only {i}: there are {len(SETUPS)} setups (0..{len(SETUPS) - 1})")
+        t0 = time.perf_counter()
+        r = _measure_alone(i)
+        r["seconds"] = round(time.perf_counter() - t0, 2)
+        by_setup[json.dumps(r["setup"], sort_keys=True)] = r
+        print(f"{SETUPS[i]}: measured {r['measured']} estimated {r['estimated']} ({r['error']:+.1%})",
+              file=sys.stderr, flush=True)
+    keys = [json.dumps(_setup_dict(*s), sort_keys=True) for s in SETUPS]
+    saved["results"] = [by_setup[k] for k in keys if k in by_setup]
+    saved.update(_summary(saved["results"]))
+    if csv_path:
+        saved["published"] = compare_csv(csv_path)
+    RESULTS.write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
+    write_band(saved["results"])
+    MARKDOWN.write_text(render_md(saved), encoding="utf-8")
+    print(f"n={saved['n']}  median |error| {saved['median_abs_error']:.1%}  worst {saved['worst_abs_error']:.1%}")
+    return 0
+
+
+def _setup_dict(family, method, batch, seq_len, layers, trained, ckpt, vocab, dtype, era=None) -> dict:
+    """The ``setup`` record measure() writes for a SETUPS entry."""
+    return dict(family=family, method=method, batch_size=batch, seq_len=seq_len, layers=layers,
+                train_layers=trained, grad_ckpt=ckpt, vocab=vocab, dtype=dtype, hidden=HIDDEN, era=era or "current")
 
 
 def _measure_alone(index: int) -> dict:

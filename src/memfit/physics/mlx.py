@@ -183,11 +183,17 @@ def _layer_saved_bytes(spec: ModelSpec, *, seq_len: int, b: int, adapters: bool,
     * attention (composite, mlx/fast.cpp:718-790): scaled q, rotated k, v, the softmax output
       (heads * seq_len per token);
     * gated MLP: gate, up, sigmoid(gate) and silu(gate) (the compiled swiglu's product rule), in b;
-    * QK-norm (Qwen3): the normalized q and k inputs, like the layer norms.
+    * QK-norm (Qwen3): the normalized q and k inputs, like the layer norms;
+    * Gemma (mlx-lm 0.32.2 models/gemma2.py, gemma3_text.py): four norms a layer (input, post-attention,
+      pre- and post-feedforward: ``norms_per_layer``); the gated MLP's ``nn.gelu_approx`` (a compiled
+      tanh polynomial, mlx/nn/layers/activations.py) keeps two more (tokens, intermediate) buffers than the
+      swiglu; Gemma 2's attention soft-capping (gemma2.py:93-94, ``tanh(scores / cap) * cap`` before the
+      softmax) keeps the tanh output, one more (heads, S) row per token. Measured on the CPU backend
+      (benchmarks/mlx_measure.py, the gemma-2-9b setups).
     """
     h, qd, kvd, i = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
     norm_b = 4 if backend == "cpu" else b
-    total = 2 * h * norm_b
+    total = spec.norms_per_layer * h * norm_b
     # xn (q,k,v), attention output (o), xn2 (gate, up), swiglu out (down)
     inputs = ((h, {"q", "k", "v"}), (qd, {"o"}), (h, {"gate", "up"}), (i, {"down"}))
     in_b = (ADAPTER_BYTES if b < ADAPTER_BYTES else b) if adapters else b
@@ -200,9 +206,14 @@ def _layer_saved_bytes(spec: ModelSpec, *, seq_len: int, b: int, adapters: bool,
     total += (qd + 2 * kvd) * b
     if attention_grad == "composite":
         total += spec.num_heads * seq_len * b          # the softmax output, per layer
+    if spec.attn_logit_softcap:
+        total += spec.num_heads * seq_len * b          # the soft-capping tanh output (a manual attention)
     if spec.qk_norm != "none":
         total += (qd + kvd) * norm_b
-    total += 4 * i * b if spec.mlp_kind == "gated" else 2 * i * b
+    if spec.mlp_kind == "gated":
+        total += (6 if spec.activation.startswith("gelu") else 4) * i * b
+    else:
+        total += 2 * i * b
     return total
 
 
@@ -283,6 +294,10 @@ def mlx_estimate(spec: ModelSpec, *, method: str = "lora", batch_size: int = DEF
     # gradient (2 copies). Logits are in the model dtype (default_loss computes CE before .astype(float32)).
     copies, elem = LOSS_KERNELS[loss_kernel or ("composite-shifted" if backend == "cpu" else "fused")]
     logits = copies * tokens * spec.vocab_size * (elem or b)
+    if spec.final_logit_softcap:
+        # Gemma 2 caps the logits in the model (gemma2.py:199-200, tanh(out / cap) * cap, model dtype, before any
+        # float32 cast of the loss); the tanh output stays for its vjp: one more (tokens, vocab) buffer (measured).
+        logits += tokens * spec.vocab_size * b
     mlp_adapters = adapters and bool(set(targets) & {"gate", "up", "down"})
     workspace = tokens * _backward_workspace(spec, b=b, adapters=mlp_adapters, backend=backend)
     if n:
