@@ -164,6 +164,8 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
     if row["framework"] not in RECIPE_OF:
         raise Unexpressible(f"framework {row['framework']} has no memfit recipe")
     recipe = RECIPE_OF[row["framework"]]
+    if row["group"] == "LG":
+        recipe = "lit-gpt"   # the 2023 resource tables (lit-gpt@8641822): the longest sample runs first
     # LoRA on a quantized frozen base (LLM.int8, GPTQ, AWQ) is memfit's qlora with that --quant.
     method = "qlora" if row["quant"] != "none" and method == "lora" else method
     kw = dict(method=method, batch_size=int(row["micro_batch"]), seq_len=int(row["seq_len"]),
@@ -188,7 +190,7 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         elif row["lora_rank"]:
             kw["lora_rank"] = int(row["lora_rank"])
         if method in ("lora", "qlora"):
-            kw["lora_dropout"] = 0.05 if recipe.startswith("litgpt") else 0.0
+            kw["lora_dropout"] = 0.05 if recipe.startswith(("litgpt", "lit-gpt")) else 0.0
         if row["framework"] == "fsdp_qlora":
             kw["lora_targets"], kw["lora_dropout"] = FSDP_QLORA_TARGETS, 0.1
             notes.append("fsdp_qlora's loop keeps the fp32 logits through backward: not modelled (+4 B x vocab "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
+from . import litgpt
 from .stack import Stack
 
 TORCHTUNE_CHUNKS = 8          # torchtune 0.7.0 LinearCrossEntropyLoss(num_output_chunks=8), cross_entropy_loss.py:31
@@ -47,7 +48,7 @@ UNSLOTH_BYTES_PER_LOGIT = 8
 @dataclass(frozen=True)
 class LossMemory:
     saved: int           # kept from the loss forward until its backward (log-softmax, kept logits, grads)
-    forward_extra: int   # transient on top of `saved` at the end of the forward
+    forward_extra: int   # transient on top of `saved` at the forward's peak (negative when that peak is lower)
     backward_extra: int  # transient on top of `saved` during the cross-entropy backward
     note: str
 
@@ -106,6 +107,12 @@ def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack, tokens: int
                           backward_extra=8 * chunk + logit * chunk,
                           note=f"torchtune LinearCrossEntropyLoss ({TORCHTUNE_CHUNKS} chunks, fp32 log-softmax of "
                                "each kept for backward)")
+    if kind == "chunked-kept" and stack.fabric_fp32_output:
+        saved, fwd, bwd = litgpt.chunked_loss_bytes(spec, T, setup.batch_size * min(LITGPT_CHUNK_TOKENS, setup.seq_len),
+                                                    stack)
+        return LossMemory(saved=saved, forward_extra=fwd, backward_extra=bwd,
+                          note="LitGPT chunked lm_head + cross-entropy behind Fabric: fp32 logit chunks (kept by "
+                               "the loop) and fp32 log-softmax (physics/litgpt.py)")
     if kind == "chunked-kept":
         chunk = setup.batch_size * min(LITGPT_CHUNK_TOKENS, setup.seq_len) * V
         return LossMemory(saved=2 * logit * TV + softcap, forward_extra=0, backward_extra=2 * logit * chunk,
