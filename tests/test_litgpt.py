@@ -179,3 +179,31 @@ def test_phi_gelu_is_torch_gelu_in_litgpt():
     assert spec.activation == "gelu_new"
     assert _as_built_by(spec, _setup()).activation == "gelu_pytorch_tanh"
     assert _as_built_by(spec, TrainingSetup(recipe="hf")).activation == "gelu_new"
+
+
+def test_a_loop_that_holds_its_logits_keeps_them_through_the_layers_backward():
+    """LitGPT's fit() and fsdp_qlora's train.py hold the logits until backward is over: the layer-backward phases
+    carry them; the HF Trainer (which keeps only the loss) does not."""
+    spec = _spec()
+    tokens = 2 * 64
+    for recipe, kept in (("litgpt-0.4", 4 * tokens * VOCAB), ("fsdp-qlora", 4 * tokens * VOCAB), ("hf", 0)):
+        setup = _setup(recipe=recipe) if recipe != "hf" else TrainingSetup(recipe="hf", method="lora", batch_size=2,
+                                                                           seq_len=64)
+        from memfit.estimator import _phases, _static_parts, _token_parts
+        built = _as_built_by(spec, setup)
+        static = _static_parts(built, setup)
+        phases = _phases(built, setup, static["stack"], _token_parts(built, setup, static))
+        assert phases["layer backward (top)"]["logits and loss"] == kept
+
+
+def test_fsdp_qlora_cross_entropy_holds_the_fp32_logits_and_their_shifted_copy():
+    """transformers 4.38 Llama: logits.float() kept by the loop (4 B), log-softmax of the shifted .contiguous()
+    copy (4 B saved; the copy itself, 4 B, only while log_softmax runs)."""
+    from memfit.physics.loss import loss_memory
+    spec = _spec()
+    setup = TrainingSetup(recipe="fsdp-qlora", method="lora", batch_size=2, seq_len=64)
+    loss = loss_memory(spec, setup, resolve_stack(spec, setup))
+    TV = 2 * 64 * VOCAB
+    assert (loss.saved, loss.forward_extra, loss.backward_extra, loss.kept) == (8 * TV, 4 * TV, 8 * TV, 4 * TV)
+    hf = TrainingSetup(recipe="hf", method="lora", batch_size=2, seq_len=64, precision="bf16")
+    assert loss_memory(spec, hf, resolve_stack(spec, hf)).saved == 4 * TV

@@ -309,7 +309,8 @@ def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
     bnb_saved = T * (static["adapted_layers"] * static["quant_saved_per_token"]
                      + quantized_base.head_saved_per_token_bytes(spec, full, stack))
     return dict(static, layer_act=layer_act,
-                previous_step=litgpt.previous_step_bytes(spec, setup, stack, bnb_saved), all_layers_act=all_layers_act, offload_host=offload_host,
+                previous_step=litgpt.previous_step_bytes(spec, setup, stack, bnb_saved),
+                all_layers_act=all_layers_act, offload_host=offload_host,
                 cp_fwd=cp_fwd, cp_bwd=cp_bwd,
                 ckpt=0 if stack.ckpt_offload else act.checkpoint_bytes(spec, setup, stack),
                 loss=loss_memory(spec, setup, stack), head_act=T * static["head_coeff"],
@@ -361,8 +362,10 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
     top_casts = p["casts"] - p["head_cast"] if not setup.grad_ckpt else p["layer_casts"]
     busy = dict(state, **{"gathered parameters": p.get("gathered_busy", p["gathered"]),
                           "communication buffers": p["comm"]})
+    # A loop that holds its logits (LitGPT, fsdp_qlora) keeps them until the whole backward is over.
     phases["layer backward (top)"] = {**busy, "gradients": top_grads, "autocast weight copies": top_casts,
-                                      **top_saved, **head, "backward temporaries": temps}
+                                      **top_saved, **head, "backward temporaries": temps,
+                                      "logits and loss": loss.kept}
     if p["layer_step_temp"]:
         # LOMO's update runs in each gradient's hook, while the layers below still hold their saved activations.
         phases["layer backward (top)"]["optimizer step temporaries"] = p["layer_step_temp"]
@@ -371,7 +374,7 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
         phases["layer backward (bottom)"] = {**busy, "gradients": p["grads"] - p["embed_grad"],
                                              "autocast weight copies": p["layer_casts"], **bottom_saved,
                                              "embedding and head activations": p["head_act"],
-                                             "backward temporaries": temps}
+                                             "backward temporaries": temps, "logits and loss": loss.kept}
     if stack.base_trainable and not setup.optimizer_in_backward:
         # Last in backward: the embedding's dense gradient, when every other gradient exists. A tied matrix also
         # has the lm_head's gradient from early in backward; accumulating the two keeps both and their sum

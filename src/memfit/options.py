@@ -114,7 +114,7 @@ TRAINERS = {
 REF_MODELS = ("auto", "adapter-off", "precomputed", "copy", "none")
 GENERATIONS = ("hf", "vllm-colocate", "vllm-server")
 RECIPE_NAMES = ("hf", "trl", "trl-1.14", "trl-0.21", "torchtune", "litgpt", "litgpt-0.4", "lit-gpt", "unsloth",
-                "axolotl", "llamafactory", "ms-swift", "pytorch", "mlx", "megatron", "mps")
+                "axolotl", "llamafactory", "ms-swift", "pytorch", "mlx", "megatron", "mps", "fsdp-qlora")
 RECOMPUTE = ("none", "selective", "full")   # Megatron --recompute-granularity (none: the flag not given)
 TOOLS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
 

@@ -300,6 +300,21 @@ RECIPES["lit-gpt"] = replace(
         "n_query_groups != 1: multi-query attention reaches SDPA with one k/v head"))
 
 
+# Answer.AI fsdp_qlora (AnswerDotAI/fsdp_qlora@1a9fddfb train.py): a transformers model with PEFT LoRA or
+# bitsandbytes QLoRA in its own loop. :843-849 `output = model(input_ids, labels=...)`, `loss = output.loss`;
+# :866 loss.backward(); :897 `output = None` only after the step: the model's logits live through the whole
+# backward. transformers of early 2024 (4.38 models/llama/modeling_llama.py LlamaForCausalLM.forward) returns
+# `logits = logits.float()` and computes the loss on `logits[..., :-1, :].contiguous()`.
+RECIPES["fsdp-qlora"] = replace(
+    RECIPES["hf"], name="fsdp-qlora", keeps_logits=True, fp32_logits_copy=False,
+    description="Answer.AI fsdp_qlora train.py: its own loop holds the model output (fp32 logits) through backward",
+    sources=RECIPES["hf"].sources + (
+        "AnswerDotAI/fsdp_qlora@1a9fddfb train.py:843-849 output = model(...); loss = output.loss, :866 "
+        "loss.backward(), :897 output = None after the step",
+        "transformers 4.38 models/llama/modeling_llama.py LlamaForCausalLM.forward: logits = logits.float(); "
+        "shift_logits = logits[..., :-1, :].contiguous()"))
+
+
 def get_recipe(name: str) -> Recipe:
     try:
         return RECIPES[name.lower()]
