@@ -207,3 +207,25 @@ def test_fsdp_qlora_cross_entropy_holds_the_fp32_logits_and_their_shifted_copy()
     assert (loss.saved, loss.forward_extra, loss.backward_extra, loss.kept) == (8 * TV, 4 * TV, 8 * TV, 4 * TV)
     hf = TrainingSetup(recipe="hf", method="lora", batch_size=2, seq_len=64, precision="bf16")
     assert loss_memory(spec, hf, resolve_stack(spec, hf)).saved == 4 * TV
+
+
+def test_full_logits_chunked_cross_entropy_peaks_at_twelve_bytes_a_logit():
+    """chunked_cross_entropy on whole fp32 logits (litgpt/utils.py: reshape, split(128), cross_entropy per chunk):
+    in backward SplitBackward concatenates the chunks' grads beside them and the kept logits (12 B a logit)."""
+    from memfit.trace.tracker import PeakTracker
+    T, V = 512, 1024
+    bf16 = torch.randn(T, V, dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.zeros(T, dtype=torch.long)
+    tracker = PeakTracker(round_to=1)
+    with tracker:
+        logits = bf16.to(torch.float32)                  # Fabric's convert_output, kept by the loop
+        start = tracker.current
+        chunks = [torch.nn.functional.cross_entropy(x, y, reduction="none")
+                  for x, y in zip(logits.split(128), targets.split(128))]
+        loss = torch.cat(chunks).sum()
+        del chunks
+        tracker.peak = tracker.current
+        loss.backward(inputs=[logits])
+    saved, _, backward_extra = litgpt.full_logits_loss_bytes(T * V)
+    assert start == 4 * T * V
+    assert tracker.peak - start + 4 * T * V == pytest.approx(saved + backward_extra, rel=0.02)

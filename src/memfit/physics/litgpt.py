@@ -91,6 +91,16 @@ def chunked_loss_bytes(spec: ModelSpec, tokens: int, chunk_tokens: int, stack) -
     return saved, forward_peak - saved, backward_extra
 
 
+def full_logits_loss_bytes(logits: int) -> tuple[int, int, int]:
+    """(saved, forward_extra, backward_extra) of `chunked_cross_entropy(logits, targets)` on the whole fp32 logits
+    (finetune/full.py:254-256, pretrain.py): `logits.reshape(-1, V).split(128)`, one fp32 log-softmax per chunk.
+    The forward's peak is the conversion (bf16 and fp32 logits). In backward, SplitBackward concatenates the chunks'
+    fp32 grads into one new tensor while they are alive (and the slice `[..., :-1, :]` of full.py scatters it into
+    zeros of the full shape), beside the kept logits: 12 B a logit at the top, 8 of them `saved`."""
+    saved = 2 * FP32_BYTES * logits
+    return saved, 2 * logits + FP32_BYTES * logits - saved, FP32_BYTES * logits
+
+
 def previous_step_bytes(spec: ModelSpec, setup: TrainingSetup, stack, bnb_saved_bytes: int) -> int:
     """What the previous step still holds while the next forward runs: its fp32 logits and, with bitsandbytes <
     0.43.2, the inputs its 4-bit linears' autograd nodes keep (`bnb_saved_bytes`, every layer's and lm_head's)."""

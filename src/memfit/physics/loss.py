@@ -96,6 +96,11 @@ def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack, tokens: int
                                    "fp32 log-softmax saved, 12·bs·V in its backward")
         return LossMemory(saved=4 * TV + softcap, forward_extra=fwd, backward_extra=8 * TV,
                           note="logits.float() + cross_entropy: fp32 log-softmax saved, 12·bs·V in its backward")
+    if kind == "plain" and stack.fabric_fp32_output:
+        saved, fwd, bwd = litgpt.full_logits_loss_bytes(TV)
+        return LossMemory(saved=saved, forward_extra=fwd, backward_extra=bwd, kept=saved // 2,
+                          note="LitGPT full logits behind Fabric: fp32 logits (kept by the loop), 128-row chunks of "
+                               "fp32 cross-entropy (physics/litgpt.py)")
     if kind == "plain":
         # cross_entropy = log_softmax + nll_loss. log_softmax saves only its output; nothing saves the logits, and a
         # loop like `loss = F.cross_entropy(model(x).flatten(0, 1), y)` drops them, so they die after the forward.
