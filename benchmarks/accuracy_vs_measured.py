@@ -32,7 +32,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "accuracy_vs_measured.json"
 # "active" (torch.cuda.memory_stats active_bytes.all.peak) counts blocks in use, as allocated does.
 COUNTER_ATTR = {"allocated": "peak_allocated_bytes", "active": "peak_allocated_bytes",
                 "reserved": "peak_reserved_bytes", "nvml": "device_bytes"}
-RECIPE_OF = {"fsdp_qlora": "hf", "litgpt": "litgpt-0.4", "peft-custom": "hf", "hf": "hf", "plain-torch": "pytorch", "torchtune": "torchtune",
+RECIPE_OF = {"fsdp_qlora": "fsdp-qlora", "litgpt": "litgpt-0.4", "peft-custom": "hf", "hf": "hf", "plain-torch": "pytorch", "torchtune": "torchtune",
              "qwen-hf": "hf"}  # Qwen finetune.py is the HF Trainer (with DeepSpeed)
 # Every litgpt row (groups LG, LGC, LGT) was published before LitGPT 0.5.5 moved off bitsandbytes 0.42.0 (the
 # LGC table's QLoRA rows: Lightning-AI/litgpt@e5493986, July 2024; 0.5.5: @d2ed13c3, Dec 2024): recipe litgpt-0.4.
@@ -40,7 +40,7 @@ RECIPE_OF = {"fsdp_qlora": "hf", "litgpt": "litgpt-0.4", "peft-custom": "hf", "h
 # PEFT LoRA or bitsandbytes QLoRA in its own loop, wrapped in FSDP1 even for "ddp" (NO_SHARD), bf16, dummy data of
 # fixed length; the published template command sets --reentrant_checkpointing True. train.py@1a9fddfb: lora_dropout
 # 0.1, lora_target_modules "all" = k,q,v,up,down,gate (no o_proj), and the loop holds `output` (the logits, fp32 from
-# the model's own logits.float() in transformers of early 2024) through loss.backward().
+# the model's own logits.float() in transformers of early 2024) through loss.backward(): recipe fsdp-qlora.
 REENTRANT_FRAMEWORKS = ("fsdp_qlora",)
 FSDP_QLORA_TARGETS = ("q", "k", "v", "gate", "up", "down")
 # The stack each row's group ran, for the per-stack report (groups AX and US are published as HF Trainer rows).
@@ -167,6 +167,8 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
     if row["framework"] not in RECIPE_OF:
         raise Unexpressible(f"framework {row['framework']} has no memfit recipe")
     recipe = RECIPE_OF[row["framework"]]
+    if row["group"] == "LG":
+        recipe = "lit-gpt"   # the 2023 resource tables (lit-gpt@8641822): the longest sample runs first
     # LoRA on a quantized frozen base (LLM.int8, GPTQ, AWQ) is memfit's qlora with that --quant.
     method = "qlora" if row["quant"] != "none" and method == "lora" else method
     kw = dict(method=method, batch_size=int(row["micro_batch"]), seq_len=int(row["seq_len"]),
@@ -191,11 +193,9 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
         elif row["lora_rank"]:
             kw["lora_rank"] = int(row["lora_rank"])
         if method in ("lora", "qlora"):
-            kw["lora_dropout"] = 0.05 if recipe.startswith("litgpt") else 0.0
+            kw["lora_dropout"] = 0.05 if recipe.startswith(("litgpt", "lit-gpt")) else 0.0
         if row["framework"] == "fsdp_qlora":
             kw["lora_targets"], kw["lora_dropout"] = FSDP_QLORA_TARGETS, 0.1
-            notes.append("fsdp_qlora's loop keeps the fp32 logits through backward: not modelled (+4 B x vocab "
-                         "per token)")
     if row["quant"] != "none":
         kw["quant"] = row["quant"]
     if method in VIRTUAL_TOKEN_METHODS and row["group"] == "MMQA":

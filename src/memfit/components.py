@@ -52,6 +52,9 @@ KINDS: tuple[Kind, ...] = (
          "activations"),
     Kind("logits and loss", "allocated", "the loss kernel's logits and cross-entropy buffers (HF: `logits.float()` "
          "and, in its backward, 12·bs·V bytes)", "logits and loss"),
+    Kind("previous step's outputs", "allocated", "LitGPT: the previous step's fp32 logits, which the loop holds "
+         "until the next forward returns, and with bitsandbytes < 0.43.2 the 4-bit linears' inputs their graph "
+         "keeps", "logits and loss"),
     Kind("backward temporaries", "allocated", "one layer's backward: grads of its output and MLP intermediates",
          "temporaries"),
     Kind("dequantization transient", "allocated", "bitsandbytes' 16-bit copy of one 4-bit weight while it "

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .params import count_params, layer_linears
 from .physics import activations as act
 from .physics import context_parallel as cp
-from .physics import fp8, load, lora_outer, moe, optimizers, quantized_base, sharding, states, trainers
+from .physics import fp8, litgpt, load, lora_outer, moe, optimizers, quantized_base, sharding, states, trainers
 from .physics import vision as vision_physics
 from .physics.adapters import assumption as adapter_assumption
 from .physics.adapters import virtual_tokens
@@ -165,7 +165,10 @@ def _teacher(setup: TrainingSetup) -> ModelSpec | None:
 
 def _as_built_by(spec: ModelSpec, setup: TrainingSetup) -> ModelSpec:
     """The model as the recipe's stack builds it (LitGPT: untied head, fused qkv, fp32-weight norms)."""
-    overrides = get_recipe(setup.recipe).arch_overrides
+    recipe = get_recipe(setup.recipe)
+    overrides = dict(recipe.arch_overrides)
+    if recipe.fused_gelu:
+        overrides["activation"] = litgpt.built_activation(spec.activation)
     if not overrides:
         return spec
     return _ARCH_CACHE.get((spec, setup.recipe)) or _ARCH_CACHE.setdefault((spec, setup.recipe), spec.replace(
@@ -262,6 +265,8 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "checkpoints": "gradient checkpointing keeps each layer's input hidden states",
         "recomputed layer": "one layer's activations rebuilt during backward",
         "logits and loss": loss_memory(spec, setup, stack).note,
+        "previous step's outputs": "the loop's `logits` from the previous step, alive until this forward returns "
+                                   "(physics/litgpt.py)",
         "backward temporaries": "one layer's backward: grads of its output and MLP intermediates",
         "cuBLAS workspace": "cuBLAS/cuBLASLt workspaces, allocated through the caching allocator",
         "embedding and head activations": "embedding indices, final norm, lm_head input, labels",
@@ -301,7 +306,11 @@ def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
     elif stack.ckpt_offload:
         offload_host = cp.offloaded_checkpoint_bytes(spec, setup, stack.residual_bytes)
     cp_fwd, cp_bwd = cp.buffer_bytes(spec, full, stack.compute_bytes)
-    return dict(static, layer_act=layer_act, all_layers_act=all_layers_act, offload_host=offload_host,
+    bnb_saved = T * (static["adapted_layers"] * static["quant_saved_per_token"]
+                     + quantized_base.head_saved_per_token_bytes(spec, full, stack))
+    return dict(static, layer_act=layer_act,
+                previous_step=litgpt.previous_step_bytes(spec, setup, stack, bnb_saved),
+                all_layers_act=all_layers_act, offload_host=offload_host,
                 cp_fwd=cp_fwd, cp_bwd=cp_bwd,
                 ckpt=0 if stack.ckpt_offload else act.checkpoint_bytes(spec, setup, stack),
                 loss=loss_memory(spec, setup, stack), head_act=T * static["head_coeff"],
@@ -332,8 +341,10 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
     # The lm_head sits outside the checkpointed layers: its cast is saved for backward either way.
     fwd_casts = p["casts"] if not setup.grad_ckpt else p["adapter_casts"] + (
         p["weight_casts"] if stack.weight_dtype == "fp32" and stack.base_trainable else p["head_cast"])
+    # LitGPT's loop still holds the previous step's logits (and what their graph keeps) during this forward.
     phases["forward (end)"] = {**state, "gradients": accum_grads, "autocast weight copies": fwd_casts,
-                               **saved_layers, **head, "logits and loss": loss.saved + loss.forward_extra}
+                               **saved_layers, **head, "logits and loss": loss.saved + loss.forward_extra,
+                               "previous step's outputs": p["previous_step"]}
     bwd_casts = p["head_cast"] + p["outer_casts"] if setup.grad_ckpt else p["casts"]
     phases["cross-entropy backward"] = {**state, "gradients": accum_grads, "autocast weight copies": bwd_casts,
                                         **saved_layers, **head, "logits and loss": loss.saved + loss.backward_extra}
@@ -351,8 +362,10 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
     top_casts = p["casts"] - p["head_cast"] if not setup.grad_ckpt else p["layer_casts"]
     busy = dict(state, **{"gathered parameters": p.get("gathered_busy", p["gathered"]),
                           "communication buffers": p["comm"]})
+    # A loop that holds its logits (LitGPT, fsdp_qlora) keeps them until the whole backward is over.
     phases["layer backward (top)"] = {**busy, "gradients": top_grads, "autocast weight copies": top_casts,
-                                      **top_saved, **head, "backward temporaries": temps}
+                                      **top_saved, **head, "backward temporaries": temps,
+                                      "logits and loss": loss.kept}
     if p["layer_step_temp"]:
         # LOMO's update runs in each gradient's hook, while the layers below still hold their saved activations.
         phases["layer backward (top)"]["optimizer step temporaries"] = p["layer_step_temp"]
@@ -361,7 +374,7 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
         phases["layer backward (bottom)"] = {**busy, "gradients": p["grads"] - p["embed_grad"],
                                              "autocast weight copies": p["layer_casts"], **bottom_saved,
                                              "embedding and head activations": p["head_act"],
-                                             "backward temporaries": temps}
+                                             "backward temporaries": temps, "logits and loss": loss.kept}
     if stack.base_trainable and not setup.optimizer_in_backward:
         # Last in backward: the embedding's dense gradient, when every other gradient exists. A tied matrix also
         # has the lm_head's gradient from early in backward; accumulating the two keeps both and their sum

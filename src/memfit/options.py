@@ -113,8 +113,8 @@ TRAINERS = {
 }
 REF_MODELS = ("auto", "adapter-off", "precomputed", "copy", "none")
 GENERATIONS = ("hf", "vllm-colocate", "vllm-server")
-RECIPE_NAMES = ("hf", "trl", "trl-1.14", "trl-0.21", "torchtune", "litgpt", "litgpt-0.4", "unsloth", "axolotl",
-                "llamafactory", "ms-swift", "pytorch", "mlx", "megatron", "mps")
+RECIPE_NAMES = ("hf", "trl", "trl-1.14", "trl-0.21", "torchtune", "litgpt", "litgpt-0.4", "lit-gpt", "unsloth",
+                "axolotl", "llamafactory", "ms-swift", "pytorch", "mlx", "megatron", "mps", "fsdp-qlora")
 RECOMPUTE = ("none", "selective", "full")   # Megatron --recompute-granularity (none: the flag not given)
 PP_STAGES = ("worst", "first", "last")      # which Megatron pipeline stage the verdict is about
 TOOLS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")

@@ -47,6 +47,16 @@ class Recipe:
     ckpt_reentrant: bool = False   # torch.utils.checkpoint use_reentrant=True (when checkpointing)
     fused_norm: bool = False       # norms are fused kernels that save only their input (MLX, Liger, Unsloth)
     bnb4_saves_input: bool = False  # bitsandbytes < 0.43.2: MatMul4Bit keeps each 4-bit linear's input (quantized_base)
+    # LitGPT (physics/litgpt.py): Fabric hands the loop fp32 logits; the loop's `logits` outlives the step into
+    # the next forward; Lightning's bitsandbytes plugin quantizes lm_head too, from fp16; k and v are repeated to
+    # every head before SDPA; LoRA on part of the fused qkv pads its output with an index_copy that saves it; GELU
+    # MLPs call F.gelu (one saved tensor).
+    fabric_fp32_output: bool = False
+    keeps_previous_logits: bool = False
+    quantizes_head: bool = False
+    repeats_kv: str = ""             # "grouped" (GQA only) or "grouped+mqa"
+    lora_qkv_zero_pad: bool = False
+    fused_gelu: bool = False
     defaults: dict = field(default_factory=dict)         # other setup options this stack sets (mlx: batch 4)
     full_overrides: dict = field(default_factory=dict)   # defaults that differ for full fine-tuning
     qlora_overrides: dict = field(default_factory=dict)  # defaults that differ for QLoRA
@@ -153,13 +163,17 @@ RECIPES: dict[str, Recipe] = {
         loss="chunked", fp32_logits_copy=False, quant="nf4", chunked_loss="chunked", plain_loss="plain",
         chunked_kind="chunked-kept", keeps_logits=True,
         arch_overrides={"tied_embeddings": False, "fused_qkv": True, "norm_style": "gemma"},
+        fabric_fp32_output=True, keeps_previous_logits=True, quantizes_head=True, repeats_kv="grouped+mqa",
+        lora_qkv_zero_pad=True, fused_gelu=True,
         sources=("LitGPT builds its own model (litgpt/model.py): an untied lm_head always, one fused qkv linear, "
                  "RMSNorm computed in fp32 with the weight applied before the cast back",
                  "litgpt/finetune/lora.py: precision bf16-true, lm_head_chunk_size=128, chunked_cross_entropy",
                  "litgpt/finetune/full.py fit(): `logits = model(input_ids)` stays in scope through fabric.backward, "
                  "so without chunking the bf16 logits live beside the saved log-softmax",
                  "litgpt/lora.py Config defaults: lora_r 8, lora_query/lora_value True, lora_dropout 0.05",
-                 "torch.optim.AdamW without flags: foreach on CUDA (torch/optim/optimizer.py)")),
+                 "torch.optim.AdamW without flags: foreach on CUDA (torch/optim/optimizer.py)",
+                 "physics/litgpt.py: Fabric's fp32 outputs, the loop's kept logits, the quantized lm_head, repeated "
+                 "k/v, the LoRA zero_pad save, F.gelu (each cited there)")),
     "unsloth": Recipe(
         name="unsloth", description="Unsloth FastLanguageModel + TRL SFTTrainer",
         precision="auto", autocast=True, optimizer="adamw-8bit", grad_ckpt=True, attn="flash",
@@ -270,6 +284,35 @@ RECIPES["litgpt-0.4"] = replace(
         "lightning 2.3.0.dev20240428 fabric/plugins/precision/bitsandbytes.py:129-145 module_init_context replaces "
         "every torch.nn.Linear with _NF4Linear (bnb.nn.Linear4bit), :117-121 compute_dtype = the precision's dtype "
         "(bf16: the saved input is the layer's own bf16 input, no copy)"))
+
+
+# lit-gpt before the LitGPT rename (Lightning-AI/lit-gpt@8641822, the commit of tutorials/resource-tables.md):
+# finetune/lora.py:212 and :286-292 put the longest training sample in the first iteration ("so potential OOMs
+# happen right away"), so the run's peak is that first step, with no earlier step's logits alive; bitsandbytes
+# 0.41.1 (the table's version) keeps MatMul4Bit's input as 0.42.0 does.
+RECIPES["lit-gpt"] = replace(
+    RECIPES["litgpt-0.4"], name="lit-gpt", keeps_previous_logits=False, repeats_kv="grouped",
+    description="lit-gpt (2023, before the LitGPT rename): the longest sample runs first",
+    sources=RECIPES["litgpt-0.4"].sources + (
+        "Lightning-AI/lit-gpt@8641822 finetune/lora.py:212 get_batch(..., longest_seq_ix if iter_num == 0), "
+        ":286-292 the longest sample first: the peak step has no previous step's logits",
+        "lit-gpt@8641822 lit_gpt/model.py CausalSelfAttention.forward repeats k and v only when "
+        "n_query_groups != 1: multi-query attention reaches SDPA with one k/v head"))
+
+
+# Answer.AI fsdp_qlora (AnswerDotAI/fsdp_qlora@1a9fddfb train.py): a transformers model with PEFT LoRA or
+# bitsandbytes QLoRA in its own loop. :843-849 `output = model(input_ids, labels=...)`, `loss = output.loss`;
+# :866 loss.backward(); :897 `output = None` only after the step: the model's logits live through the whole
+# backward. transformers of early 2024 (4.38 models/llama/modeling_llama.py LlamaForCausalLM.forward) returns
+# `logits = logits.float()` and computes the loss on `logits[..., :-1, :].contiguous()`.
+RECIPES["fsdp-qlora"] = replace(
+    RECIPES["hf"], name="fsdp-qlora", keeps_logits=True, fp32_logits_copy=False,
+    description="Answer.AI fsdp_qlora train.py: its own loop holds the model output (fp32 logits) through backward",
+    sources=RECIPES["hf"].sources + (
+        "AnswerDotAI/fsdp_qlora@1a9fddfb train.py:843-849 output = model(...); loss = output.loss, :866 "
+        "loss.backward(), :897 output = None after the step",
+        "transformers 4.38 models/llama/modeling_llama.py LlamaForCausalLM.forward: logits = logits.float(); "
+        "shift_logits = logits[..., :-1, :].contiguous()"))
 
 
 def get_recipe(name: str) -> Recipe:

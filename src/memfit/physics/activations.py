@@ -16,8 +16,9 @@ from ..spec import ACT_SAVED_TENSORS, ModelSpec
 from ..setup import TrainingSetup
 from dataclasses import replace
 
-from . import adapters
+from . import adapters, quantized_base
 from .compile import compiled_coefficients, compiled_mlp_bytes_per_token
+from .litgpt import repeats_kv, zero_pad_saved_per_token
 from .lora_outer import embed_saved_per_token
 from .stack import Stack
 
@@ -125,13 +126,15 @@ class _Walk:
             attn_in_consumers += 1 if spec.fused_gate_up or spec.mlp_kind == "plain" else 2
         self.linear_inputs(h, x, attn_in_consumers)
         self.lora({"q", "k", "v"} | ({"gate", "up"} if mlp_shares_input else set()), h, x)
+        self.add(zero_pad_saved_per_token(spec, s, st))
 
         # q/k norms (Qwen3, Gemma 3, OLMo 2) then rotary: q_embed and k_embed are new tensors SDPA saves.
         if spec.qk_norm != "none":
             self.norm_qk(qd, kvd, cmp, train)
-        repeat_kv = attn == "eager" or (attn == "sdpa" and s.padding)
+        repeat_kv = attn == "eager" or (attn == "sdpa" and s.padding) or repeats_kv(spec, st)
         k_saved = qd if repeat_kv else kvd
-        math_sdpa = attn != "eager" and spec.attn_kv_broadcast
+        # (LitGPT repeats k and v itself, so SDPA gets equal head counts and takes its fused kernels.)
+        math_sdpa = attn != "eager" and spec.attn_kv_broadcast and not repeats_kv(spec, st)
         if math_sdpa:
             # SDPA's math path: scaled q, broadcast-expanded k^T and v (bmm inputs), the softmax output.
             self.add(cmp * 3 * qd)
@@ -322,6 +325,7 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
         walk.norm(spec.hidden_size, stack.residual_bytes, True)
     walk.norm(spec.hidden_size, stack.residual_bytes, walk.norms_train)
     walk.linear_inputs(spec.hidden_size, stack.residual_bytes, 1)
+    walk.add(quantized_base.head_saved_per_token_bytes(spec, setup, stack))
     if "embed" in outer:
         walk.add(embed_saved_per_token(outer["embed"].rank, stack.adapter_bytes, stack.autocast))
     if "head" in outer:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
+from . import litgpt
 from .stack import Stack
 
 TORCHTUNE_CHUNKS = 8          # torchtune 0.7.0 LinearCrossEntropyLoss(num_output_chunks=8), cross_entropy_loss.py:31
@@ -58,9 +59,10 @@ UNSLOTH_BYTES_PER_LOGIT = 8
 @dataclass(frozen=True)
 class LossMemory:
     saved: int           # kept from the loss forward until its backward (log-softmax, kept logits, grads)
-    forward_extra: int   # transient on top of `saved` at the end of the forward
+    forward_extra: int   # transient on top of `saved` at the forward's peak (negative when that peak is lower)
     backward_extra: int  # transient on top of `saved` during the cross-entropy backward
     note: str
+    kept: int = 0        # the part of `saved` the loop holds until the whole backward is over (its logits)
 
 
 def liger_chunk_tokens(tokens: int, vocab: int, hidden: int) -> int:
@@ -96,8 +98,20 @@ def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack, tokens: int
         fwd = logit * TV + upcast                     # logits + fp32 copy alive while log_softmax runs
         if stack.fp32_logits_copy and logit == 2:
             fwd = max(fwd, logit * TV + 4 * TV)       # accelerate convert_outputs_to_fp32 after forward
+        if stack.keeps_logits:
+            # A loop that holds the model's output through backward (Answer.AI fsdp_qlora train.py), with the
+            # model's own `logits = logits.float()` (transformers' Llama of early 2024): the fp32 logits stay; the
+            # loss reads `logits[..., :-1, :].contiguous()`, a second fp32 copy alive while log_softmax runs.
+            return LossMemory(saved=8 * TV + softcap, forward_extra=4 * TV, backward_extra=8 * TV, kept=4 * TV,
+                              note="the model's fp32 logits, held by the loop through backward, + cross_entropy: "
+                                   "fp32 log-softmax saved, 12·bs·V in its backward")
         return LossMemory(saved=4 * TV + softcap, forward_extra=fwd, backward_extra=8 * TV,
                           note="logits.float() + cross_entropy: fp32 log-softmax saved, 12·bs·V in its backward")
+    if kind == "plain" and stack.fabric_fp32_output:
+        saved, fwd, bwd = litgpt.full_logits_loss_bytes(TV)
+        return LossMemory(saved=saved, forward_extra=fwd, backward_extra=bwd, kept=saved // 2,
+                          note="LitGPT full logits behind Fabric: fp32 logits (kept by the loop), 128-row chunks of "
+                               "fp32 cross-entropy (physics/litgpt.py)")
     if kind == "plain":
         # cross_entropy = log_softmax + nll_loss. log_softmax saves only its output; nothing saves the logits, and a
         # loop like `loss = F.cross_entropy(model(x).flatten(0, 1), y)` drops them, so they die after the forward.
@@ -106,7 +120,7 @@ def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack, tokens: int
         ce = 4 if stack.autocast else logit
         cast = 4 * TV if ce != logit else 0
         kept = logit * TV if stack.keeps_logits else 0
-        return LossMemory(saved=ce * TV + kept + softcap, forward_extra=(0 if kept else logit * TV) + cast,
+        return LossMemory(saved=ce * TV + kept + softcap, forward_extra=(0 if kept else logit * TV) + cast, kept=kept,
                           backward_extra=2 * ce * TV + (logit * TV if cast else 0),
                           note="cross_entropy on the logits as they are: log-softmax saved, logits freed by the loop")
     if kind == "chunked-fp32":
@@ -125,9 +139,16 @@ def loss_memory(spec: ModelSpec, setup: TrainingSetup, stack: Stack, tokens: int
                           backward_extra=8 * chunk + logit * chunk,
                           note=f"torchtune LinearCrossEntropyLoss ({TORCHTUNE_CHUNKS} chunks, fp32 log-softmax of "
                                "each kept for backward)")
+    if kind == "chunked-kept" and stack.fabric_fp32_output:
+        saved, fwd, bwd = litgpt.chunked_loss_bytes(spec, T, setup.batch_size * min(LITGPT_CHUNK_TOKENS, setup.seq_len),
+                                                    stack)
+        return LossMemory(saved=saved, forward_extra=fwd, backward_extra=bwd, kept=saved // 2,
+                          note="LitGPT chunked lm_head + cross-entropy behind Fabric: fp32 logit chunks (kept by "
+                               "the loop) and fp32 log-softmax (physics/litgpt.py)")
     if kind == "chunked-kept":
         chunk = setup.batch_size * min(LITGPT_CHUNK_TOKENS, setup.seq_len) * V
         return LossMemory(saved=2 * logit * TV + softcap, forward_extra=0, backward_extra=2 * logit * chunk,
+                          kept=logit * TV,
                           note="LitGPT chunked lm_head + cross-entropy in the logits dtype; logit chunks stay "
                                "alive through backward")
     if kind == "liger":

@@ -130,6 +130,16 @@ def _distinct_inputs(linears) -> dict[str, int]:
     return out
 
 
+def head_saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
+    """A 4-bit lm_head (LitGPT under Lightning's bitsandbytes plugin, physics/litgpt.py) whose kernel keeps its
+    input: the final norm's output, unless lora_A on the head saves that very tensor (dropout 0)."""
+    if not (stack.quantized_head and bnb4_saves_input(setup)):
+        return 0
+    if "head" in setup.lora_targets and setup.lora_dropout == 0:
+        return 0
+    return spec.hidden_size * stack.residual_bytes
+
+
 def bnb4_saves_input(setup: TrainingSetup) -> bool:
     """Whether the setup's stack runs a bitsandbytes 4-bit kernel that keeps its input (< 0.43.2)."""
     return (setup.method == "qlora" and setup.quant in ("nf4", "nf4-dq", "fp4")

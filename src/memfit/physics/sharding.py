@@ -200,7 +200,7 @@ def _zero(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
 # micro-batch but the last of an accumulation window (lit-gpt@0cc02afa finetune/lora.py:214-215;
 # litgpt@26857050 litgpt/finetune/lora.py:353-354, full.py:280-281), which is FSDP1's module.no_sync()
 # (lightning 2.1.0 fabric/strategies/fsdp.py:760).
-FSDP1_NO_SYNC_RECIPES = ("litgpt", "litgpt-0.4")   # litgpt@e5493986 finetune/lora.py:303
+FSDP1_NO_SYNC_RECIPES = ("litgpt", "litgpt-0.4", "lit-gpt")   # litgpt@e5493986 finetune/lora.py:303, lit-gpt@8641822 :215
 
 
 def _fsdp1_no_sync_grad_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:

@@ -72,6 +72,12 @@ class Stack:
     extra_frozen_params: int = 0
     quantized: bool = False    # the base linears are bitsandbytes-quantized (QLoRA, QDoRA, ...)
     lora_dropout: float = 0.0  # the adapters' input dropout (physics/adapters.py)
+    # LitGPT's facts (recipes.Recipe, physics/litgpt.py).
+    fabric_fp32_output: bool = False
+    keeps_previous_logits: bool = False
+    quantized_head: bool = False   # lm_head is a 4-bit linear too
+    repeats_kv: str = ""
+    lora_qkv_zero_pad: bool = False
 
 
 def resolve_precision(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, str | None]:
@@ -198,7 +204,14 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
                  logits_bytes=logits_bytes, fused_norm=recipe.fused_norm,
                  ckpt_offload=setup.ckpt_offload, compiled=setup.compile, kbit_upcast=setup.kbit_upcast,
                  precision=precision, attn=attn, notes=tuple(notes),
+                 fabric_fp32_output=recipe.fabric_fp32_output, keeps_previous_logits=recipe.keeps_previous_logits,
+                 quantized_head=recipe.quantizes_head and setup.quantized_base and setup.quant in BNB4_QUANTS,
+                 repeats_kv=recipe.repeats_kv, lora_qkv_zero_pad=recipe.lora_qkv_zero_pad,
                  **_extras(spec, setup, lora_modules))
+
+
+# The bitsandbytes 4-bit formats Lightning's BitsandbytesPrecision swaps every nn.Linear for.
+BNB4_QUANTS = ("nf4", "nf4-dq", "fp4")
 
 
 def _extras(spec: ModelSpec, setup: TrainingSetup, lora_modules: tuple[LoraModule, ...]) -> dict:

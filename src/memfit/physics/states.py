@@ -60,8 +60,14 @@ def base_weight_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tu
         quantized += lin.weight_params
     unquantized = counts.total - spec.num_layers * quantized
     # Embeddings, norms, biases, routers, lm_head (transformers get_keys_to_not_convert) and v5's fused 3-D MoE
-    # experts (physics/moe.py) stay unquantized.
-    return spec.num_layers * data + unquantized * stack.weight_bytes, spec.num_layers * consts
+    # experts (physics/moe.py) stay unquantized, except a 4-bit lm_head (Lightning's plugin: physics/litgpt.py).
+    head_data = head_consts = 0
+    if stack.quantized_head and counts.lm_head:
+        head_weight = spec.vocab_size * spec.hidden_size
+        head_data, head_consts = quant_storage_bytes(head_weight, setup.quant, spec.vocab_size)
+        unquantized -= head_weight
+    return (spec.num_layers * data + head_data + unquantized * stack.weight_bytes,
+            spec.num_layers * consts + head_consts)
 
 
 def lora_params(stack: Stack) -> int:
