@@ -230,11 +230,50 @@ def micro_setup(setup: TrainingSetup) -> TrainingSetup:
     return TrainingSetup(**values)
 
 
+# ---- the loss of TRL's experimental ORPO / CPO / SimPO -----------------------------------------------------------
+def concatenated_logits_loss(spec: ModelSpec, setup: TrainingSetup, stack):
+    """What ORPOTrainer/CPOTrainer.concatenated_forward hold (trl 1.16.0 experimental/orpo/orpo_trainer.py:745-822,
+    experimental/cpo/cpo_trainer.py concatenated_forward; cpo_alpha 1.0 by default, so SimPO too), for their
+    default plain loss; None for any other trainer or loss.
+
+    The model's full logits over the 2B rows (fp32 under mixed precision: accelerate's convert_outputs_to_fp32 of
+    the bf16 output) stay saved by the log-prob kernel (get_batch_logps -> selective_log_softmax, on CUDA TRL's
+    Triton kernel, trainer/utils.py:572-574, which saves its logits, kernels/logprob_entropy.py:192); the chosen
+    half's NLL (cross_entropy_loss, :779-791) saves its log-softmax and, while it runs, a contiguous copy of the
+    shifted half. In backward the kernel's gradient (one logits-sized buffer, logprob_entropy.py:208) is sliced
+    back into a zero buffer of the full logits ([:, :-1] SliceBackward), the NLL's gradient is sliced back twice
+    ([..., :-1] then [:B]), and the two full-size gradients are summed: three full logits buffers at once. (A CUDA
+    run whose autograd sums them in place, torch input_buffer.cpp can_accumulate_inplace, holds one less: this is
+    the trace's, conservative, count.)"""
+    from .loss import LossMemory
+
+    if setup.trainer not in REFERENCE_FREE or setup.loss != "plain":
+        return None
+    sh = shape(setup)
+    full = sh.rows * sh.row_tokens * spec.vocab_size
+    chosen = (sh.rows // 2) * (sh.row_tokens - 1) * spec.vocab_size
+    d = 4 if stack.autocast else stack.logits_bytes        # the logits' dtype at the loss
+    saved = d * full + d * chosen
+    converting = stack.logits_bytes * full - d * chosen if stack.autocast else 0   # bf16 output + its fp32 copy
+    return LossMemory(saved=saved, forward_extra=max(d * chosen, converting), backward_extra=3 * d * full - saved,
+                      note=f"{setup.trainer}: the full logits of the concatenated pair (TRL concatenated_forward), "
+                           "the chosen half's cross-entropy and the log-prob kernel on all rows")
+
+
 # ---- components -----------------------------------------------------------------------------------------------
 def kv_cache_bytes(spec: ModelSpec, sequences: int, tokens: int, element_bytes: int) -> int:
     """HF generate's DynamicCache: K and V of every layer for every position of every sequence
     (transformers cache_utils.py DynamicLayer.update concatenates [batch, kv_heads, positions, head_dim])."""
     return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * tokens * sequences * element_bytes
+
+
+def hf_generation_parts(spec: ModelSpec, setup: TrainingSetup, element_bytes: int) -> dict:
+    """HF generate's memory beyond the model's state: the KV cache of every sequence generated at once and one
+    layer's no-grad working set over the prompts at the prefill (the trace accounts generation from this too)."""
+    sh = shape(setup)
+    prompt = setup.prompt_len or (setup.seq_len - (setup.completion_len or 0))
+    return {"generation KV cache": kv_cache_bytes(spec, sh.generated_rows, sh.row_tokens, element_bytes),
+            "generation prefill": no_grad_layer_bytes(spec, sh.generated_rows * prompt, element_bytes)}
 
 
 def no_grad_layer_bytes(spec: ModelSpec, tokens: int, element_bytes: int) -> int:
@@ -334,11 +373,10 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
 
     # Generation.
     if sh.generated_rows:
-        prompt = setup.prompt_len or (setup.seq_len - (setup.completion_len or 0))
         gen = setup.generation
         if gen == "hf":
-            kv = kv_cache_bytes(spec, sh.generated_rows, sh.row_tokens, cb)
-            prefill = no_grad_layer_bytes(spec, sh.generated_rows * prompt, cb)
+            hf = hf_generation_parts(spec, setup, cb)
+            kv, prefill = hf["generation KV cache"], hf["generation prefill"]
             notes["generation KV cache"] = (f"HF generate: K and V of {spec.num_layers} layers for {sh.generated_rows} "
                                            f"sequences of {sh.row_tokens} tokens (2·L·kv_heads·head_dim·tokens·"
                                            f"sequences·{cb} B)")
