@@ -360,16 +360,12 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
         teacher_weights = teacher.params * _dtype_bytes(teacher.checkpoint_dtype)
         add_everywhere("teacher model", teacher_weights, f"teacher {teacher.name} weights in its checkpoint dtype "
                        f"({teacher.checkpoint_dtype}; gkd_trainer.py:159-175 dtype auto)")
-        tokens = sh.rows * sh.row_tokens
-        logits = tokens * teacher.vocab_size * cb
-        # generalized_jsd_loss (gkd_trainer.py:270-297): student and teacher logits, both divided by the
-        # temperature, two log-softmaxes, the stacked pair and its logsumexp, two kl_div outputs: 10 V-sized tensors
-        # besides the two logits.
-        jsd = 10 * tokens * max(spec.vocab_size, teacher.vocab_size) * cb
-        fwd = phases["forward (end)"]
-        phases["teacher forward and JSD loss"] = {**fwd, "teacher logits and JSD": logits + jsd}
-        notes["teacher logits and JSD"] = "teacher logits, then generalized_jsd_loss on full B x S x V logits"
-        out.append(f"GKD: teacher {teacher.name}; full logits of student and teacher for the JSD (not traced)")
+        jsd = gkd_loss_bytes(spec, setup, stack)
+        fwd = {k: v for k, v in phases["forward (end)"].items() if k != "logits and loss"}
+        phases["teacher forward and JSD loss"] = {**fwd, "teacher logits and JSD": jsd}
+        notes["teacher logits and JSD"] = ("student and teacher logits, then generalized_jsd_loss on full B x S x V "
+                                           "logits (gkd_trainer.py:238-361)")
+        out.append(f"GKD: teacher {teacher.name}; full logits of student and teacher for the JSD")
 
     # Generation.
     if sh.generated_rows:
@@ -412,6 +408,23 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
                        f"{server / 2**30:.2f} GiB (16-bit weights + KV cache of {sh.generated_rows} sequences) "
                        "within its own gpu_memory_utilization")
     return phases, notes, out
+
+
+def gkd_loss_bytes(spec: ModelSpec, setup: TrainingSetup, stack) -> int:
+    """The logits and generalized JSD of GKDTrainer.compute_loss at their peak, the end of the loss forward
+    (trl 1.16.0 experimental/gkd/gkd_trainer.py:324-361 and :238-322, beta 0.5, gkd_config.py:66-67).
+
+    Student and teacher return full logits (fp32 under mixed precision: accelerate wraps both forwards with
+    convert_outputs_to_fp32; the teacher is prepared the same way, gkd_trainer.py:194). Over the S-1 shifted
+    positions the function keeps, until it returns: both logits divided by the temperature (2), both log-softmaxes
+    (2), the stacked pair for the mixture (2, saved by logsumexp) and the mixture (1), kl_div's saved exp(target)
+    of each side (2) and the student side's (target - input) (1), the two KL outputs (2), their beta-weighted
+    copies (2) and their sum (1): 15 tensors of B x (S-1) x V."""
+    sh = shape(setup)
+    d = 4 if stack.autocast else stack.logits_bytes
+    full = sh.rows * sh.row_tokens * spec.vocab_size
+    shifted = sh.rows * (sh.row_tokens - 1) * spec.vocab_size
+    return d * (2 * full + 15 * shifted)
 
 
 def _dtype_bytes(dtype: str) -> int:

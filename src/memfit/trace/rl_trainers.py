@@ -96,6 +96,8 @@ class _Accelerator:
     """What the losses ask of accelerate on one process."""
     device = torch.device("cpu")
     num_processes = 1
+    process_index = 0
+    is_main_process = True
     sync_gradients = False
 
     def __init__(self, autocast_dtype=None):

@@ -10,7 +10,8 @@ What a CPU with fake tensors cannot do as CUDA does, and how the trace does it i
 - TRL projects only the labelled positions on Triton devices (trainer/utils.py:1642 ``compact``); the trace takes
   that path. Boolean-mask indexing has a data-dependent size on fake tensors, so the batch's masks (prompt and
   completion layout, preference labels) are real tensors and ``x[mask]`` is indexed with their real positions.
-- ``.item()`` on a fake tensor (metrics only: entropy, rewards, accuracies) returns 0; it sizes nothing.
+- ``.item()`` on a fake tensor (metrics only: entropy, rewards, accuracies) returns 0; it sizes nothing; a boolean
+  mask computed from fake values (GRPO's nanmin/nanmax metrics) selects every element.
 - ``selective_log_softmax`` (ORPO, CPO) takes its CUDA branch, TRL's Triton kernel, whose allocations are made
   without running it (Triton has no CPU backend; rl_trainers._CudaLogProbEntropy).
 ORPO, CPO/SimPO, GRPO and GKD run their own TRL loss the same way (trace/rl_trainers.py). Generation cannot run on
@@ -85,6 +86,11 @@ class _RealMasks(TorchDispatchMode):
                     else:
                         expanded.append(i)
                 return func(args[0], expanded)
+            if len(indices) == 1 and isinstance(indices[0], FakeTensor) and indices[0].dtype == torch.bool \
+                    and indices[0].shape == args[0].shape:
+                # a mask computed from fake values (TRL's metrics: nanmin/nanmax of per-sequence clip ratios):
+                # every element selected, the most it can be
+                return args[0].reshape(-1).clone()
         return func(*args, **kwargs)
 
 
