@@ -151,6 +151,29 @@ def trainer_matrix():
     yield from cells
 
 
+# ORPO, CPO/SimPO, GRPO and GKD through TRL's own losses (trace/rl_trainers.py); GKD distils from the next size up
+# of the same family (TRL refuses teachers of another vocabulary, gkd_trainer.py:178-187).
+RL_TEACHERS = {"smollm2-135m": "smollm2-360m", "qwen2.5-0.5b": "qwen2.5-1.5b"}
+
+
+def rl_trainer_cells():
+    cells = []
+    combos = list(itertools.product(("smollm2-135m",), ("lora", "full"), (True, False)))
+    combos += [("qwen2.5-0.5b", "lora", True), ("qwen2.5-0.5b", "full", False)]    # its 152k vocabulary: slower
+    for model, method, ckpt in combos:
+        for trainer, length, prompt in (("orpo", 256, 128), ("simpo", 512, 64), ("cpo", 256, 128)):
+            cells.append((model, dict(recipe="trl", trainer=trainer, method=method, grad_ckpt=ckpt, batch_size=2,
+                                      seq_len=length, prompt_len=prompt)))
+        # GRPO: beta 0 (no reference, TRL's default) and beta > 0 (the adapter switched off, or a reference copy)
+        for ref in ("none", "adapter-off" if method == "lora" else "copy"):
+            cells.append((model, dict(recipe="trl", trainer="grpo", method=method, ref_model=ref, grad_ckpt=ckpt,
+                                      batch_size=2, prompt_len=128, completion_len=128, num_generations=2)))
+        cells.append((model, dict(recipe="trl", trainer="gkd", teacher=RL_TEACHERS[model], method=method,
+                                  grad_ckpt=ckpt, batch_size=2, prompt_len=128, completion_len=128)))
+    random.Random(0).shuffle(cells)
+    return cells
+
+
 def run(quick: bool, max_minutes: float, trainers: bool = False, vlm: bool = False, cells=None,
         only_optimizers: bool = False) -> dict:
     rows, start = [], time.perf_counter()
@@ -274,6 +297,9 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=90.0)
     parser.add_argument("--peft-only", action="store_true",
                         help="trace only the PEFT-method cells and merge them into the saved results")
+    parser.add_argument("--rl-only", action="store_true",
+                        help="with --trainers: trace only the ORPO/CPO/SimPO/GRPO/GKD cells and merge them into the "
+                             "saved trainer results")
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite the markdown from the saved JSON results without tracing again")
     parser.add_argument("--fail-over", type=float, default=None,
@@ -284,6 +310,12 @@ def main() -> None:
             "accuracy_vs_trace_quick" if args.quick else "accuracy_vs_trace")
     if args.render_only:
         report = json.loads((RESULTS / f"{name}.json").read_text())
+    elif args.rl_only:
+        fresh = run(False, args.max_minutes, cells=rl_trainer_cells())["rows"]
+        new = {r["setup"]["trainer"] for r in fresh}
+        kept = [r for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"]
+                if r["setup"].get("trainer") not in new]
+        report = {"rows": kept + fresh, "summary": summarize(kept + fresh)}
     elif args.peft_only:
         # Trace the PEFT-method cells only and replace those rows in the saved results (the other cells are
         # unchanged by the adapter physics).
