@@ -221,7 +221,7 @@ def test_trainers_the_trace_cannot_run_are_refused_in_one_line():
     from memfit.trace import trace
 
     with pytest.raises(InvalidSetupError, match="rloo is not traced"):
-        trace(small_llama(), TrainingSetup(trainer="rloo", batch_size=2, seq_len=256, prompt_len=128))
+        trace(small_llama(), TrainingSetup(trainer="rloo", batch_size=2, prompt_len=128, completion_len=128))
     with pytest.raises(InvalidSetupError, match="vLLM"):
         trace(small_llama(), TrainingSetup(trainer="grpo", batch_size=8, seq_len=1024, prompt_len=512,
                                            generation="vllm-colocate"))
