@@ -241,7 +241,7 @@ def markdown(report: dict, quick: bool, vlm: bool = False) -> str:
     s = report["summary"]
     pa = s.get("peak_allocated", {})
     if "per_trainer" in s:
-        flag, title = " --trainers", "## Preference trainers against the trace (TRL's own loss)"
+        flag, title = " --trainers", "## Preference and RL trainers against the trace (TRL's own loss)"
     else:
         flag = " --vlm" if vlm else " --quick" if quick else ""
         title = "## Against the trace" + (": vision-language models" if vlm else "")
@@ -290,7 +290,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--trainers", action="store_true",
-                        help="the preference trainers (dpo, ipo, kto) through TRL's own loss, not the SFT matrix")
+                        help="the preference and RL trainers (dpo, ipo, kto, orpo, cpo, simpo, grpo, gkd) through TRL's own "
+                             "loss, not the SFT matrix")
     parser.add_argument("--vlm", action="store_true", help="the vision-language models' matrix only")
     parser.add_argument("--optimizers", action="store_true",
                         help="only the memory-saving optimizers' rows (results in accuracy_vs_trace_optimizers.*)")

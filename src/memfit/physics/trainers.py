@@ -343,8 +343,8 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
         out.append("KTO's KL pass (mismatched completions) runs under no_grad before the policy forward; its "
                    "reference KL pass rides with the reference forward")
     if t in REFERENCE_FREE:
-        out.append(f"{t}: the concatenated pair through the {setup.loss} loss kernel (TRL's experimental "
-                   f"{'orpo' if t == 'orpo' else 'cpo'} trainer computes full logits; not traced)")
+        out.append(f"{t}: the concatenated pair's full logits (TRL's experimental "
+                   f"{'ORPOTrainer' if t == 'orpo' else 'CPOTrainer'}.concatenated_forward), traced by memfit trace")
 
     # PPO: a reward model (frozen) and a value model (trained like the policy: weights, adapter, grads, state).
     if t == "ppo":
