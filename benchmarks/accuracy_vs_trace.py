@@ -153,7 +153,8 @@ def trainer_matrix():
 
 # ORPO, CPO/SimPO, GRPO and GKD through TRL's own losses (trace/rl_trainers.py); GKD distils from the next size up
 # of the same family (TRL refuses teachers of another vocabulary, gkd_trainer.py:178-187).
-RL_TEACHERS = {"smollm2-135m": "smollm2-360m", "qwen2.5-0.5b": "qwen2.5-1.5b"}
+RL_TEACHERS = {"smollm2-135m": "smollm2-360m", "qwen2.5-0.5b": "qwen2.5-1.5b", "gpt2": "gpt2-medium",
+               "llama-3.2-1b": "llama-3.2-3b", "qwen3-0.6b": "qwen3-1.7b"}
 
 
 def rl_trainer_cells():
@@ -170,6 +171,18 @@ def rl_trainer_cells():
                                       batch_size=2, prompt_len=128, completion_len=128, num_generations=2)))
         cells.append((model, dict(recipe="trl", trainer="gkd", teacher=RL_TEACHERS[model], method=method,
                                   grad_ckpt=ckpt, batch_size=2, prompt_len=128, completion_len=128)))
+    # Other families (GPT-2's fp32 checkpoint, a tied 128k vocabulary), longer rows, a 4-bit base for GRPO
+    for model in ("gpt2", "llama-3.2-1b", "qwen3-0.6b"):
+        cells.append((model, dict(recipe="trl", trainer="orpo", method="lora", grad_ckpt=True, batch_size=1,
+                                  seq_len=1024, prompt_len=256)))
+        cells.append((model, dict(recipe="trl", trainer="grpo", method="full", ref_model="copy", grad_ckpt=True,
+                                  batch_size=2, grad_accum=2, prompt_len=256, completion_len=256,
+                                  num_generations=4)))
+        cells.append((model, dict(recipe="trl", trainer="gkd", teacher=RL_TEACHERS[model], method="lora",
+                                  grad_ckpt=True, batch_size=1, prompt_len=256, completion_len=256)))
+    cells.append(("smollm2-135m", dict(recipe="trl", trainer="grpo", method="qlora", ref_model="adapter-off",
+                                       grad_ckpt=True, batch_size=4, prompt_len=128, completion_len=384,
+                                       num_generations=4)))
     random.Random(0).shuffle(cells)
     return cells
 

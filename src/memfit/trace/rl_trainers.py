@@ -157,7 +157,9 @@ def stub(trainer: str, model, ref_model, teacher, autocast_dtype, setup):
         from trl import GRPOConfig as config, GRPOTrainer as cls
 
         d = _defaults(config)
-        beta = 0.0 if setup.ref_model == "none" else (d["beta"] or 0.04)   # a beta > 0 when a reference is asked
+        # memfit names the reference, not beta: any beta > 0 runs the KL term alike (0.04: ms-swift's default,
+        # swift/arguments/rlhf_args.py:355-356); TRL's default 0.0 (grpo_config.py:681) loads no reference
+        beta = 0.0 if setup.ref_model == "none" else (d["beta"] or 0.04)
         args = _config_namespace(config, steps_per_generation=setup.grad_accum,
                                  gradient_accumulation_steps=setup.grad_accum, per_device_train_batch_size=setup.batch_size)
         attrs = dict(args=args, ref_model=ref_model, beta=beta, loss_type=d["loss_type"],
