@@ -64,3 +64,13 @@ def _stack(spec, setup):
     from memfit.physics.stack import resolve_stack
 
     return resolve_stack(spec, physics.micro_setup(setup))
+
+
+def test_gkd_refuses_a_teacher_of_another_vocabulary():
+    from memfit.errors import InvalidSetupError
+
+    spec = load_model("smollm2-135m", allow_network=False)
+    setup = TrainingSetup(recipe="trl", trainer="gkd", teacher="qwen2.5-0.5b", batch_size=1, prompt_len=64,
+                          completion_len=64)
+    with pytest.raises(InvalidSetupError, match="vocabulary"):
+        estimate(spec, setup)

@@ -356,6 +356,12 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
         out.append("PPO: reward and value models of the policy's architecture, none sharing the policy's weights")
 
     # GKD: the teacher's weights and logits, and the JSD on full logits.
+    if t == "gkd" and teacher is not None and teacher.vocab_size != spec.vocab_size:
+        from ..errors import InvalidSetupError
+
+        # trl 1.16.0 experimental/gkd/gkd_trainer.py:176-185 refuses it: the JSD compares full distributions
+        raise InvalidSetupError(f"GKD needs a teacher with the student's vocabulary: {teacher.name} has "
+                                f"{teacher.vocab_size} tokens, {spec.name} {spec.vocab_size} (TRL refuses it)")
     if t == "gkd" and teacher is not None:
         teacher_weights = teacher.params * _dtype_bytes(teacher.checkpoint_dtype)
         add_everywhere("teacher model", teacher_weights, f"teacher {teacher.name} weights in its checkpoint dtype "
