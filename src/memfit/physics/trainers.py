@@ -242,9 +242,10 @@ def concatenated_logits_loss(spec: ModelSpec, setup: TrainingSetup, stack):
     half's NLL (cross_entropy_loss, :779-791) saves its log-softmax and, while it runs, a contiguous copy of the
     shifted half. In backward the kernel's gradient (one logits-sized buffer, logprob_entropy.py:208) is sliced
     back into a zero buffer of the full logits ([:, :-1] SliceBackward), the NLL's gradient is sliced back twice
-    ([..., :-1] then [:B]), and the two full-size gradients are summed: three full logits buffers at once. (A CUDA
-    run whose autograd sums them in place, torch input_buffer.cpp can_accumulate_inplace, holds one less: this is
-    the trace's, conservative, count.)"""
+    ([..., :-1] then [:B]), and the two full-size gradients are summed: three full logits buffers at once on fake
+    tensors. (Autograd sums in place when it owns an operand alone, torch input_buffer.cpp can_accumulate_inplace,
+    which fake tensors never are: a GPU run's backward likely peaks one full logits buffer lower, at the kernel's
+    gradient beside the saved tensors. This is the trace's count, an upper bound.)"""
     from .loss import LossMemory
 
     if setup.trainer not in REFERENCE_FREE or setup.loss != "plain":

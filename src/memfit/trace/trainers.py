@@ -50,8 +50,9 @@ DEVIATIONS = (
     "selective_log_softmax's Triton kernel (ORPO, CPO log-probs) allocates as on CUDA; it is not run "
     "(trl/kernels/logprob_entropy.py)",
     "autograd sums two gradients of one tensor out of place on fake tensors (torch autograd input_buffer.cpp "
-    "can_accumulate_inplace refuses tensor subclasses); a CUDA run may sum in place, for ORPO/CPO one fp32 "
-    "logits-sized buffer less: the count here is the upper one",
+    "can_accumulate_inplace refuses tensor subclasses); real tensors reuse a solely-owned operand (checked on CPU "
+    "tensors), so a GPU run holds one such buffer less where two large gradients meet: ORPO/CPO's fp32 logits, "
+    "a tied embedding under gradient accumulation: the count here is the upper one",
 )
 
 
