@@ -87,6 +87,14 @@ def test_what_ms_swift_refuses_is_one_line_naming_the_key(tmp_path, text, words)
         _check(path)
 
 
+def test_quant_bits_without_quant_method_is_not_quantized_as_in_ms_swift(tmp_path):
+    path = tmp_path / "q.yaml"
+    path.write_text("model: qwen2.5-0.5b\ntuner_type: lora\nquant_bits: 4\nmax_length: 512\n")
+    r = _check(path)
+    assert r.setup.method == "lora" and not r.setup.quantized_base
+    assert any("quant_bits" in text for _, text in r.mapped.notes)
+
+
 def test_detection_and_a_script_without_a_swift_command(tmp_path):
     assert detect_format({"model": "x", "rlhf_type": "dpo"}) == "ms-swift"
     assert detect_format({"model": "x", "tuner_type": "lora"}) == "ms-swift"

@@ -97,8 +97,12 @@ def read_swift(data: dict, base_dir=None, lines=None):
     setup: dict = {"recipe": "ms-swift", "method": method}
     quant_method = r.text("quant_method", what="a quantization method")
     bits = r.get("quant_bits")
-    if quant_method or bits is not None:
-        if (quant_method or "bnb") != "bnb":
+    if quant_method is None and bits is not None:
+        # quant_args.py:45-46 get_quantization_config: no quant_method, no quantization
+        r.note("key-not-honoured", "quant_bits", "ignored by ms-swift without quant_method (quant_args.py:45-46): "
+                                                 "estimated unquantized; give quant_method bnb for a 4/8-bit base")
+    elif quant_method:
+        if quant_method != "bnb":
             r.problem("quant_method", f"{quant_method} is not modelled (memfit models bitsandbytes, quant_method bnb)")
         elif bits not in (4, 8):
             r.problem("quant_bits", f"bnb takes 4 or 8 bits (quant_args.py:49-56), got {bits}")
@@ -117,9 +121,6 @@ def read_swift(data: dict, base_dir=None, lines=None):
                     defaults.append("bnb_4bit_use_double_quant not set: ms-swift's default true (quant_args.py:42)")
             else:
                 setup["quant"] = "int8"
-            if quant_method is None:
-                r.problem("quant_method", "not set: ms-swift loads quant_bits only with a quant_method "
-                                          "(quant_args.py:45-46): give quant_method bnb")
     setup["batch_size"] = r.option("per_device_train_batch_size", "batch_size", 1)
     if not r.has("per_device_train_batch_size"):
         defaults.append("per_device_train_batch_size not set: ms-swift's default 1 (trainers/arguments.py:129)")
