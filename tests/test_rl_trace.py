@@ -74,3 +74,18 @@ def test_gkd_refuses_a_teacher_of_another_vocabulary():
                           completion_len=64)
     with pytest.raises(InvalidSetupError, match="vocabulary"):
         estimate(spec, setup)
+
+
+def test_grpo_peak_at_generation_is_the_traced_state_plus_the_formulas_kv_cache():
+    """Long completions of many sequences: the KV cache outgrows the training step, so the trace's peak is the
+    generation phase, made of the state it traced after the optimizer step and HF generate's accounted parts."""
+    pytest.importorskip("trl")
+    spec = small_llama(num_hidden_layers=16, vocab_size=1000)
+    setup = TrainingSetup(recipe="trl", trainer="grpo", method="lora", batch_size=2, grad_accum=16, prompt_len=64,
+                          completion_len=1984, num_generations=8)
+    est, measured = _both(spec, setup)
+    assert measured.peak_phase == "generation (accounted)"
+    # 32 sequences (batch x accumulation) of 2048 tokens: K and V of 16 layers x 2 heads x 64 in bf16
+    assert measured.component("generation KV cache") == 2 * 16 * 2 * 64 * 2048 * 32 * 2
+    assert measured.component("gradients") == 0          # set_to_none after the step: none while generating
+    assert abs(est.peak_allocated_bytes / measured.peak_allocated_bytes - 1) < 0.01

@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from ..errors import InvalidSetupError, SourceError
+from ..physics.overhead import CUBLAS_WORKSPACE_BYTES
 from ..estimator import Component, Estimate
 from ..params import count_params
 from ..physics import states
@@ -281,9 +282,10 @@ def trace_trainer(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progres
         # come from the estimate's formula, on top of the traced state the round starts from.
         accounted = physics.hf_generation_parts(spec, setup, stack.compute_bytes)
         gen_totals = {k: v for k, v in state.items() if k not in ("activations", "temporaries", "logits and loss")}
-        step_peak = sum(tracker.peak_totals.values())
+        step_peak = sum(tracker.peak_totals.values()) + CUBLAS_WORKSPACE_BYTES     # as traced_components counts
         phases.append(("training step (traced)", step_peak))
-        phases.append(("generation (accounted)", sum(gen_totals.values()) + sum(accounted.values())))
+        phases.append(("generation (accounted)", sum(gen_totals.values()) + CUBLAS_WORKSPACE_BYTES
+                       + sum(accounted.values())))
         assumptions.append("generation not traced (data-dependent length on fake tensors): HF generate's KV cache "
                            f"and prefill ({sum(accounted.values()) / 2**20:.1f} MiB) accounted from the formula on "
                            "the traced state")
@@ -291,12 +293,13 @@ def trace_trainer(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progres
             tracker.peak_totals, tracker.peak_where = gen_totals, "generation (accounted)"
     components, allocated, over = traced_components(tracker)
     if tracker.peak_where == "generation (accounted)":
-        extra = [Component(k, v, "allocated", "accounted") for k, v in accounted.items()]
-        components = components[:-2] + extra + components[-2:]
-        allocated += sum(accounted.values())
+        from ..estimator import cuda_overhead_components
         from ..physics.overhead import overheads
 
+        extra = [Component(k, v, "allocated", "accounted") for k, v in accounted.items()]
+        allocated += sum(accounted.values())
         over = overheads(allocated)
+        components = [c for c in components if c.counter == "allocated"] + extra + cuda_overhead_components(over)
     reserved = allocated + over.reserved_slack
     _, paged, _ = states.optimizer_state_bytes(spec, micro, stack)
     from .measure import DEVIATIONS as STEP_DEVIATIONS
