@@ -151,6 +151,42 @@ def trainer_matrix():
     yield from cells
 
 
+# ORPO, CPO/SimPO, GRPO and GKD through TRL's own losses (trace/rl_trainers.py); GKD distils from the next size up
+# of the same family (TRL refuses teachers of another vocabulary, gkd_trainer.py:178-187).
+RL_TEACHERS = {"smollm2-135m": "smollm2-360m", "qwen2.5-0.5b": "qwen2.5-1.5b", "gpt2": "gpt2-medium",
+               "llama-3.2-1b": "llama-3.2-3b", "qwen3-0.6b": "qwen3-1.7b"}
+
+
+def rl_trainer_cells():
+    cells = []
+    combos = list(itertools.product(("smollm2-135m",), ("lora", "full"), (True, False)))
+    combos += [("qwen2.5-0.5b", "lora", True), ("qwen2.5-0.5b", "full", False)]    # its 152k vocabulary: slower
+    for model, method, ckpt in combos:
+        for trainer, length, prompt in (("orpo", 256, 128), ("simpo", 512, 64), ("cpo", 256, 128)):
+            cells.append((model, dict(recipe="trl", trainer=trainer, method=method, grad_ckpt=ckpt, batch_size=2,
+                                      seq_len=length, prompt_len=prompt)))
+        # GRPO: beta 0 (no reference, TRL's default) and beta > 0 (the adapter switched off, or a reference copy)
+        for ref in ("none", "adapter-off" if method == "lora" else "copy"):
+            cells.append((model, dict(recipe="trl", trainer="grpo", method=method, ref_model=ref, grad_ckpt=ckpt,
+                                      batch_size=2, prompt_len=128, completion_len=128, num_generations=2)))
+        cells.append((model, dict(recipe="trl", trainer="gkd", teacher=RL_TEACHERS[model], method=method,
+                                  grad_ckpt=ckpt, batch_size=2, prompt_len=128, completion_len=128)))
+    # Other families (GPT-2's fp32 checkpoint, a tied 128k vocabulary), longer rows, a 4-bit base for GRPO
+    for model in ("gpt2", "llama-3.2-1b", "qwen3-0.6b"):
+        cells.append((model, dict(recipe="trl", trainer="orpo", method="lora", grad_ckpt=True, batch_size=1,
+                                  seq_len=1024, prompt_len=256)))
+        cells.append((model, dict(recipe="trl", trainer="grpo", method="full", ref_model="copy", grad_ckpt=True,
+                                  batch_size=2, grad_accum=2, prompt_len=256, completion_len=256,
+                                  num_generations=4)))
+        cells.append((model, dict(recipe="trl", trainer="gkd", teacher=RL_TEACHERS[model], method="lora",
+                                  grad_ckpt=True, batch_size=1, prompt_len=256, completion_len=256)))
+    cells.append(("smollm2-135m", dict(recipe="trl", trainer="grpo", method="qlora", ref_model="adapter-off",
+                                       grad_ckpt=True, batch_size=4, prompt_len=128, completion_len=384,
+                                       num_generations=4)))
+    random.Random(0).shuffle(cells)
+    return cells
+
+
 def run(quick: bool, max_minutes: float, trainers: bool = False, vlm: bool = False, cells=None,
         only_optimizers: bool = False) -> dict:
     rows, start = [], time.perf_counter()
@@ -218,7 +254,7 @@ def markdown(report: dict, quick: bool, vlm: bool = False) -> str:
     s = report["summary"]
     pa = s.get("peak_allocated", {})
     if "per_trainer" in s:
-        flag, title = " --trainers", "## Preference trainers against the trace (TRL's own loss)"
+        flag, title = " --trainers", "## Preference and RL trainers against the trace (TRL's own loss)"
     else:
         flag = " --vlm" if vlm else " --quick" if quick else ""
         title = "## Against the trace" + (": vision-language models" if vlm else "")
@@ -267,13 +303,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--trainers", action="store_true",
-                        help="the preference trainers (dpo, ipo, kto) through TRL's own loss, not the SFT matrix")
+                        help="the preference and RL trainers (dpo, ipo, kto, orpo, cpo, simpo, grpo, gkd) through TRL's own "
+                             "loss, not the SFT matrix")
     parser.add_argument("--vlm", action="store_true", help="the vision-language models' matrix only")
     parser.add_argument("--optimizers", action="store_true",
                         help="only the memory-saving optimizers' rows (results in accuracy_vs_trace_optimizers.*)")
     parser.add_argument("--max-minutes", type=float, default=90.0)
     parser.add_argument("--peft-only", action="store_true",
                         help="trace only the PEFT-method cells and merge them into the saved results")
+    parser.add_argument("--rl-only", action="store_true",
+                        help="with --trainers: trace only the ORPO/CPO/SimPO/GRPO/GKD cells and merge them into the "
+                             "saved trainer results")
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite the markdown from the saved JSON results without tracing again")
     parser.add_argument("--fail-over", type=float, default=None,
@@ -284,6 +324,12 @@ def main() -> None:
             "accuracy_vs_trace_quick" if args.quick else "accuracy_vs_trace")
     if args.render_only:
         report = json.loads((RESULTS / f"{name}.json").read_text())
+    elif args.rl_only:
+        fresh = run(False, args.max_minutes, cells=rl_trainer_cells())["rows"]
+        new = {r["setup"]["trainer"] for r in fresh}
+        kept = [r for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"]
+                if r["setup"].get("trainer") not in new]
+        report = {"rows": kept + fresh, "summary": summarize(kept + fresh)}
     elif args.peft_only:
         # Trace the PEFT-method cells only and replace those rows in the saved results (the other cells are
         # unchanged by the adapter physics).

@@ -216,12 +216,15 @@ def test_reference_and_pair_terms_against_the_trace():
     assert (e2.peak_allocated_bytes - e1.peak_allocated_bytes) == pytest.approx(traced_growth, rel=0.05)
 
 
-def test_online_trainers_are_not_traced():
+def test_trainers_the_trace_cannot_run_are_refused_in_one_line():
     pytest.importorskip("trl")
     from memfit.trace import trace
 
-    with pytest.raises(InvalidSetupError, match="generates its completions"):
-        trace(small_llama(), TrainingSetup(trainer="grpo", batch_size=8))
+    with pytest.raises(InvalidSetupError, match="rloo is not traced"):
+        trace(small_llama(), TrainingSetup(trainer="rloo", batch_size=2, prompt_len=128, completion_len=128))
+    with pytest.raises(InvalidSetupError, match="vLLM"):
+        trace(small_llama(), TrainingSetup(trainer="grpo", batch_size=8, seq_len=1024, prompt_len=512,
+                                           generation="vllm-colocate"))
 
 
 # ---- config readers --------------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("reward model", "allocated", "PPO: the frozen reward model's weights", None),
     Kind("value model", "allocated", "PPO: the value model trained with the policy (weights, adapter, gradients, "
          "optimizer state)", None),
-    Kind("teacher model", "allocated", "GKD: the teacher's weights in its checkpoint dtype", None),
+    Kind("teacher model", "allocated", "GKD: the teacher's weights in its checkpoint dtype", "teacher model"),
     Kind("teacher logits and JSD", "allocated", "GKD: the teacher's logits and the generalized JSD loss on full "
          "logits", None),
     Kind("generation KV cache", "allocated", "online RL / GKD with HF generate: K and V of every layer for the "

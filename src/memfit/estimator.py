@@ -107,7 +107,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     parts = _token_parts(spec, micro, static)
     extra_notes, extra_assumptions = {}, ()
     if setup.trainer != "sft":
-        parts["loss"] = loss_memory(spec, micro, static["stack"], tokens=trainers.shape(setup).scored_tokens)
+        parts["loss"] = trainers.concatenated_logits_loss(spec, setup, static["stack"]) or \
+            loss_memory(spec, micro, static["stack"], tokens=trainers.shape(setup).scored_tokens)
     phases = _phases(spec, micro, static["stack"], parts)
     if tower is not None:
         phases = tower.add_to(phases)

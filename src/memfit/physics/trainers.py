@@ -230,11 +230,51 @@ def micro_setup(setup: TrainingSetup) -> TrainingSetup:
     return TrainingSetup(**values)
 
 
+# ---- the loss of TRL's experimental ORPO / CPO / SimPO -----------------------------------------------------------
+def concatenated_logits_loss(spec: ModelSpec, setup: TrainingSetup, stack):
+    """What ORPOTrainer/CPOTrainer.concatenated_forward hold (trl 1.16.0 experimental/orpo/orpo_trainer.py:745-822,
+    experimental/cpo/cpo_trainer.py concatenated_forward; cpo_alpha 1.0 by default, so SimPO too), for their
+    default plain loss; None for any other trainer or loss.
+
+    The model's full logits over the 2B rows (fp32 under mixed precision: accelerate's convert_outputs_to_fp32 of
+    the bf16 output) stay saved by the log-prob kernel (get_batch_logps -> selective_log_softmax, on CUDA TRL's
+    Triton kernel, trainer/utils.py:572-574, which saves its logits, kernels/logprob_entropy.py:192); the chosen
+    half's NLL (cross_entropy_loss, :779-791) saves its log-softmax and, while it runs, a contiguous copy of the
+    shifted half. In backward the kernel's gradient (one logits-sized buffer, logprob_entropy.py:208) is sliced
+    back into a zero buffer of the full logits ([:, :-1] SliceBackward), the NLL's gradient is sliced back twice
+    ([..., :-1] then [:B]), and the two full-size gradients are summed: three full logits buffers at once on fake
+    tensors. (Autograd sums in place when it owns an operand alone, torch input_buffer.cpp can_accumulate_inplace,
+    which fake tensors never are: a GPU run's backward likely peaks one full logits buffer lower, at the kernel's
+    gradient beside the saved tensors. This is the trace's count, an upper bound.)"""
+    from .loss import LossMemory
+
+    if setup.trainer not in REFERENCE_FREE or setup.loss != "plain":
+        return None
+    sh = shape(setup)
+    full = sh.rows * sh.row_tokens * spec.vocab_size
+    chosen = (sh.rows // 2) * (sh.row_tokens - 1) * spec.vocab_size
+    d = 4 if stack.autocast else stack.logits_bytes        # the logits' dtype at the loss
+    saved = d * full + d * chosen
+    converting = stack.logits_bytes * full - d * chosen if stack.autocast else 0   # bf16 output + its fp32 copy
+    return LossMemory(saved=saved, forward_extra=max(d * chosen, converting), backward_extra=3 * d * full - saved,
+                      note=f"{setup.trainer}: the full logits of the concatenated pair (TRL concatenated_forward), "
+                           "the chosen half's cross-entropy and the log-prob kernel on all rows")
+
+
 # ---- components -----------------------------------------------------------------------------------------------
 def kv_cache_bytes(spec: ModelSpec, sequences: int, tokens: int, element_bytes: int) -> int:
     """HF generate's DynamicCache: K and V of every layer for every position of every sequence
     (transformers cache_utils.py DynamicLayer.update concatenates [batch, kv_heads, positions, head_dim])."""
     return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * tokens * sequences * element_bytes
+
+
+def hf_generation_parts(spec: ModelSpec, setup: TrainingSetup, element_bytes: int) -> dict:
+    """HF generate's memory beyond the model's state: the KV cache of every sequence generated at once and one
+    layer's no-grad working set over the prompts at the prefill (the trace accounts generation from this too)."""
+    sh = shape(setup)
+    prompt = setup.prompt_len or (setup.seq_len - (setup.completion_len or 0))
+    return {"generation KV cache": kv_cache_bytes(spec, sh.generated_rows, sh.row_tokens, element_bytes),
+            "generation prefill": no_grad_layer_bytes(spec, sh.generated_rows * prompt, element_bytes)}
 
 
 def no_grad_layer_bytes(spec: ModelSpec, tokens: int, element_bytes: int) -> int:
@@ -304,8 +344,8 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
         out.append("KTO's KL pass (mismatched completions) runs under no_grad before the policy forward; its "
                    "reference KL pass rides with the reference forward")
     if t in REFERENCE_FREE:
-        out.append(f"{t}: the concatenated pair through the {setup.loss} loss kernel (TRL's experimental "
-                   f"{'orpo' if t == 'orpo' else 'cpo'} trainer computes full logits; not traced)")
+        out.append(f"{t}: the concatenated pair's full logits (TRL's experimental "
+                   f"{'ORPOTrainer' if t == 'orpo' else 'CPOTrainer'}.concatenated_forward), traced by memfit trace")
 
     # PPO: a reward model (frozen) and a value model (trained like the policy: weights, adapter, grads, state).
     if t == "ppo":
@@ -317,28 +357,29 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
         out.append("PPO: reward and value models of the policy's architecture, none sharing the policy's weights")
 
     # GKD: the teacher's weights and logits, and the JSD on full logits.
+    if t == "gkd" and teacher is not None and teacher.vocab_size != spec.vocab_size:
+        from ..errors import InvalidSetupError
+
+        # trl 1.16.0 experimental/gkd/gkd_trainer.py:176-185 refuses it: the JSD compares full distributions
+        raise InvalidSetupError(f"GKD needs a teacher with the student's vocabulary: {teacher.name} has "
+                                f"{teacher.vocab_size} tokens, {spec.name} {spec.vocab_size} (TRL refuses it)")
     if t == "gkd" and teacher is not None:
         teacher_weights = teacher.params * _dtype_bytes(teacher.checkpoint_dtype)
         add_everywhere("teacher model", teacher_weights, f"teacher {teacher.name} weights in its checkpoint dtype "
                        f"({teacher.checkpoint_dtype}; gkd_trainer.py:159-175 dtype auto)")
-        tokens = sh.rows * sh.row_tokens
-        logits = tokens * teacher.vocab_size * cb
-        # generalized_jsd_loss (gkd_trainer.py:270-297): student and teacher logits, both divided by the
-        # temperature, two log-softmaxes, the stacked pair and its logsumexp, two kl_div outputs: 10 V-sized tensors
-        # besides the two logits.
-        jsd = 10 * tokens * max(spec.vocab_size, teacher.vocab_size) * cb
-        fwd = phases["forward (end)"]
-        phases["teacher forward and JSD loss"] = {**fwd, "teacher logits and JSD": logits + jsd}
-        notes["teacher logits and JSD"] = "teacher logits, then generalized_jsd_loss on full B x S x V logits"
-        out.append(f"GKD: teacher {teacher.name}; full logits of student and teacher for the JSD (not traced)")
+        jsd = gkd_loss_bytes(spec, setup, stack)
+        fwd = {k: v for k, v in phases["forward (end)"].items() if k != "logits and loss"}
+        phases["teacher forward and JSD loss"] = {**fwd, "teacher logits and JSD": jsd}
+        notes["teacher logits and JSD"] = ("student and teacher logits, then generalized_jsd_loss on full B x S x V "
+                                           "logits (gkd_trainer.py:238-361)")
+        out.append(f"GKD: teacher {teacher.name}; full logits of student and teacher for the JSD")
 
     # Generation.
     if sh.generated_rows:
-        prompt = setup.prompt_len or (setup.seq_len - (setup.completion_len or 0))
         gen = setup.generation
         if gen == "hf":
-            kv = kv_cache_bytes(spec, sh.generated_rows, sh.row_tokens, cb)
-            prefill = no_grad_layer_bytes(spec, sh.generated_rows * prompt, cb)
+            hf = hf_generation_parts(spec, setup, cb)
+            kv, prefill = hf["generation KV cache"], hf["generation prefill"]
             notes["generation KV cache"] = (f"HF generate: K and V of {spec.num_layers} layers for {sh.generated_rows} "
                                            f"sequences of {sh.row_tokens} tokens (2·L·kv_heads·head_dim·tokens·"
                                            f"sequences·{cb} B)")
@@ -374,6 +415,23 @@ def trainer_phases(spec: ModelSpec, setup: TrainingSetup, micro: TrainingSetup, 
                        f"{server / 2**30:.2f} GiB (16-bit weights + KV cache of {sh.generated_rows} sequences) "
                        "within its own gpu_memory_utilization")
     return phases, notes, out
+
+
+def gkd_loss_bytes(spec: ModelSpec, setup: TrainingSetup, stack) -> int:
+    """The logits and generalized JSD of GKDTrainer.compute_loss at their peak, the end of the loss forward
+    (trl 1.16.0 experimental/gkd/gkd_trainer.py:324-361 and :238-322, beta 0.5, gkd_config.py:66-67).
+
+    Student and teacher return full logits (fp32 under mixed precision: accelerate wraps both forwards with
+    convert_outputs_to_fp32; the teacher is prepared the same way, gkd_trainer.py:194). Over the S-1 shifted
+    positions the function keeps, until it returns: both logits divided by the temperature (2), both log-softmaxes
+    (2), the stacked pair for the mixture (2, saved by logsumexp) and the mixture (1), kl_div's saved exp(target)
+    of each side (2) and the student side's (target - input) (1), the two KL outputs (2), their beta-weighted
+    copies (2) and their sum (1): 15 tensors of B x (S-1) x V."""
+    sh = shape(setup)
+    d = 4 if stack.autocast else stack.logits_bytes
+    full = sh.rows * sh.row_tokens * spec.vocab_size
+    shifted = sh.rows * (sh.row_tokens - 1) * spec.vocab_size
+    return d * (2 * full + 15 * shifted)
 
 
 def _dtype_bytes(dtype: str) -> int:

@@ -167,6 +167,9 @@ def write_suggested(result: CheckResult, out: str, in_place: bool = False) -> Ed
         raise InvalidSetupError("no suggested change that fits can be written as edits to this config")
     best = usable[0]
     source, path = Path(result.path), Path(out).expanduser()
+    if source.suffix.lower() == ".sh":
+        raise InvalidSetupError(f"{source}: a launch script's command line is not rewritten (edits are written to "
+                                "YAML or JSON configs); the suggested keys are listed above")
     if not in_place and path.exists() and path.resolve() == source.resolve():
         raise InvalidSetupError(f"{out} is the config being checked: pass --in-place to overwrite it, or another "
                                 f"file name")

@@ -39,6 +39,10 @@ def load_config(path: Path, lines: dict | None = None) -> dict:
         raise SourceError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
     if not text.strip():
         raise SourceError(f"{path}: the file is empty")
+    if path.suffix.lower() == ".sh":
+        from .swift import command_line   # a launch script: `swift sft|rlhf ... --key value`
+
+        return command_line(text, str(path))
     data = _load_json(path, text) if path.suffix.lower() == ".json" else _load_yaml(path, text, lines)
     if data is None:
         raise SourceError(f"{path}: the file has no keys (empty, or only comments)")

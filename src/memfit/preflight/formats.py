@@ -26,10 +26,10 @@ from .trainers import read_trainer_keys
 from .reader import (ATTENTION_NAMES, Reader, is_file, one_line, quant4, read_attention, read_deepspeed, read_fsdp,
                      read_precision, show)
 
-FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
+FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx", "ms-swift")
 # The key that names the model (torchtune names a builder, mapped to a catalog model below).
 MODEL_KEYS = {"axolotl": "base_model", "llamafactory": "model_name_or_path", "torchtune": "model._component_",
-              "trl": "model_name_or_path", "mlx": "model"}
+              "trl": "model_name_or_path", "mlx": "model", "ms-swift": "model"}
 
 
 @dataclass
@@ -57,6 +57,9 @@ def detect_format(data: dict) -> str:
         return "torchtune"
     if "base_model" in data:
         return "axolotl"
+    if any(k in data for k in ("rlhf_type", "tuner_type", "train_type", "quant_bits")) or \
+            ("model" in data and ("torch_dtype" in data or "target_modules" in data)):
+        return "ms-swift"       # swift/arguments/*.py names (preflight/swift.py)
     if "finetuning_type" in data or "stage" in data or "cutoff_len" in data or "template" in data:
         return "llamafactory"
     if "fine_tune_type" in data or "lora_parameters" in data or ("model" in data and "iters" in data):
@@ -64,7 +67,7 @@ def detect_format(data: dict) -> str:
     if "model_name_or_path" in data or "per_device_train_batch_size" in data:
         return "trl"
     raise InvalidSetupError("cannot tell which tool this config is for (axolotl, LLaMA-Factory, torchtune, "
-                            "TRL / HF Trainer, mlx-lm): pass --format-of")
+                            "TRL / HF Trainer, mlx-lm, ms-swift): pass --format-of")
 
 # ---- axolotl (0.18.0) ---------------------------------------------------------------------------------------------
 def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
@@ -474,5 +477,11 @@ def _ignored(data: dict, used: list[str]) -> list[str]:
     return [one_line(str(k)) for k in data if k not in used]
 
 
+def _read_swift(data: dict, base_dir=None, lines=None) -> Mapped:
+    from .swift import read_swift
+
+    return read_swift(data, base_dir, lines)
+
+
 READERS = {"axolotl": read_axolotl, "llamafactory": read_llamafactory, "torchtune": read_torchtune,
-           "trl": read_trl, "mlx": read_mlx}
+           "trl": read_trl, "mlx": read_mlx, "ms-swift": _read_swift}

@@ -10,8 +10,13 @@ What a CPU with fake tensors cannot do as CUDA does, and how the trace does it i
 - TRL projects only the labelled positions on Triton devices (trainer/utils.py:1642 ``compact``); the trace takes
   that path. Boolean-mask indexing has a data-dependent size on fake tensors, so the batch's masks (prompt and
   completion layout, preference labels) are real tensors and ``x[mask]`` is indexed with their real positions.
-- ``.item()`` on a fake tensor (metrics only: entropy, rewards, accuracies) returns 0; it sizes nothing.
-Generation cannot run on fake tensors (its length is data-dependent): the online trainers are not traced.
+- ``.item()`` on a fake tensor (metrics only: entropy, rewards, accuracies) returns 0; it sizes nothing; a boolean
+  mask computed from fake values (GRPO's nanmin/nanmax metrics) selects every element.
+- ``selective_log_softmax`` (ORPO, CPO) takes its CUDA branch, TRL's Triton kernel, whose allocations are made
+  without running it (Triton has no CPU backend; rl_trainers._CudaLogProbEntropy).
+ORPO, CPO/SimPO, GRPO and GKD run their own TRL loss the same way (trace/rl_trainers.py). Generation cannot run on
+fake tensors (its length is data-dependent): GRPO's and GKD's generation phase is accounted from the estimate's
+formula (KV cache and prefill, physics/trainers.py) on top of the traced state, and said so.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from ..errors import InvalidSetupError, SourceError
+from ..physics.overhead import CUBLAS_WORKSPACE_BYTES
 from ..estimator import Component, Estimate
 from ..params import count_params
 from ..physics import states
@@ -33,13 +39,21 @@ from ..physics.stack import resolve_stack
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
 
-TRACED = ("dpo", "ipo", "kto")
+from . import rl_trainers
+
+TRACED = ("dpo", "ipo", "kto") + rl_trainers.TRACED
 DEVIATIONS = (
     "TRL's Triton folds (in place on CUDA) and fp32-out GEMMs replaced by in-place no-ops: the CPU fallbacks' fp32 "
     "tile copies do not exist on CUDA",
     "TRL's fused LM head scores only the labelled positions as on CUDA (trl/trainer/utils.py:1642 compact path); "
     "the batch's masks are real tensors so x[mask] has its real size on fake tensors",
     ".item() of a fake tensor (TRL's metrics) reads 0; it sizes nothing",
+    "selective_log_softmax's Triton kernel (ORPO, CPO log-probs) allocates as on CUDA; it is not run "
+    "(trl/kernels/logprob_entropy.py)",
+    "autograd sums two gradients of one tensor out of place on fake tensors (torch autograd input_buffer.cpp "
+    "can_accumulate_inplace refuses tensor subclasses); real tensors reuse a solely-owned operand (checked on CPU "
+    "tensors), so a GPU run holds one such buffer less where two large gradients meet: ORPO/CPO's fp32 logits, "
+    "a tied embedding under gradient accumulation: the count here is the upper one",
 )
 
 
@@ -77,6 +91,11 @@ class _RealMasks(TorchDispatchMode):
                     else:
                         expanded.append(i)
                 return func(args[0], expanded)
+            if len(indices) == 1 and isinstance(indices[0], FakeTensor) and indices[0].dtype == torch.bool \
+                    and indices[0].shape == args[0].shape:
+                # a mask computed from fake values (TRL's metrics: nanmin/nanmax of per-sequence clip ratios):
+                # every element selected, the most it can be
+                return args[0].reshape(-1).clone()
         return func(*args, **kwargs)
 
 
@@ -193,45 +212,58 @@ def trace_trainer(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progres
     from .tracker import PeakTracker
 
     if setup.trainer not in TRACED:
-        raise InvalidSetupError(f"memfit trace runs {', '.join(TRACED)} and SFT steps; {setup.trainer} generates its "
-                                "completions, which fake tensors cannot do: use `memfit estimate` (its generation "
-                                "memory is accounted from the formula)")
+        raise InvalidSetupError(f"memfit trace runs {', '.join(TRACED)} and SFT steps; {setup.trainer} is not traced: "
+                                "use `memfit estimate`")
+    if setup.generation not in (None, "hf") and setup.trainer in physics.ONLINE:
+        raise InvalidSetupError("memfit trace runs the training step with HF generate's memory accounted; vLLM's "
+                                "reservation is not traced: use `memfit estimate`, or --generation hf")
     if setup.shard != "none":
         raise InvalidSetupError("memfit trace runs one GPU's step without sharding")
     if setup.ref_model == "copy" and setup.method == "qlora":
         raise InvalidSetupError("TRL loads the reference copy of a QLoRA run quantized; memfit trace builds 16-bit "
                                 "copies only: use `memfit estimate`, or ref_model adapter-off")
+    if setup.trainer in ("orpo", "simpo", "cpo") and setup.method == "qlora":
+        raise InvalidSetupError(f"TRL's {setup.trainer} trainer casts a 4-bit PEFT model's modules itself under bf16 "
+                                "(peft_module_casting_to_bf16, orpo_trainer.py:262-265), which the trace does not "
+                                "replay: use `memfit estimate`, or --method lora")
     micro = physics.micro_setup(setup)
     stack = resolve_stack(spec, micro)
     start = time.perf_counter()
     tracker = PeakTracker()
-    for name in ("reference model",):
-        tracker.totals[name] = 0
     from trl.kernels import chunked_logprob as kernels
 
     original_compact = trl_utils._use_triton
     originals = {name: getattr(kernels, name) for name in ("_forward_tile", "_backward_tile", "_addmm_fp32")}
+    teacher_spec = None
     try:
         with _quiet():
             built = build(spec, micro, stack)
             model = built.model
             base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            # the fields each trainer asks of the fused head: dpo_trainer.py:957-960, kto_trainer.py:967-970
-            outputs = ("log_probs", "entropy", "mean_logits") + (("is_top1",) if setup.trainer != "kto" else ())
-            trl_utils.add_fused_lm_head(base, outputs=outputs)
+            fused = setup.trainer in physics.FUSED_HEAD
+            if fused:
+                # the fields each trainer asks of the fused head: dpo_trainer.py:957-960, kto_trainer.py:967-970,
+                # grpo_trainer.py:1068-1072 (log_probs, entropy; temperature 1.0 by default)
+                outputs = {"kto": ("log_probs", "entropy", "mean_logits"), "grpo": ("log_probs", "entropy")}.get(
+                    setup.trainer, ("log_probs", "entropy", "mean_logits", "is_top1"))
+                trl_utils.add_fused_lm_head(base, outputs=outputs)
             ref = None
             if setup.ref_model == "copy":
                 frozen = micro.with_method("full").replace(grad_ckpt=False)
-                ref_built = build(spec, frozen, resolve_stack(spec, frozen))
-                ref = ref_built.model
-                ref.eval()
-                for p in ref.parameters():
-                    p.requires_grad_(False)
-                trl_utils.add_fused_lm_head(ref)
+                ref = _frozen(spec, frozen, build)
+                if fused:
+                    trl_utils.add_fused_lm_head(ref)
+            teacher = None
+            if setup.trainer == "gkd":
+                from ..sources import load_model
+
+                teacher_spec = load_model(setup.teacher)
+                frozen = micro.with_method("full").replace(grad_ckpt=False)
+                teacher = _frozen(teacher_spec, frozen, build)
             trl_utils._use_triton = lambda device: True      # the CUDA run's compaction decision
             _cuda_like_fused_head(kernels)
-            _run(spec, setup, micro, stack, built, ref, tracker, steps, materialize, track_weights, install_hooks,
-                 make_optimizer, cuda_like_kernels)
+            state = _run(spec, setup, micro, stack, built, ref, teacher, tracker, steps, materialize, track_weights,
+                 install_hooks, make_optimizer, cuda_like_kernels)
     except (SourceError, InvalidSetupError):
         raise
     except Exception as exc:
@@ -244,7 +276,30 @@ def trace_trainer(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progres
     wall = time.perf_counter() - start
     from .measure import traced_components
 
+    phases, assumptions = [], []
+    if physics.shape(setup).generated_rows:
+        # Generation cannot run on fake tensors (its length is data-dependent): HF generate's KV cache and prefill
+        # come from the estimate's formula, on top of the traced state the round starts from.
+        accounted = physics.hf_generation_parts(spec, setup, stack.compute_bytes)
+        gen_totals = {k: v for k, v in state.items() if k not in ("activations", "temporaries", "logits and loss")}
+        step_peak = sum(tracker.peak_totals.values()) + CUBLAS_WORKSPACE_BYTES     # as traced_components counts
+        phases.append(("training step (traced)", step_peak))
+        phases.append(("generation (accounted)", sum(gen_totals.values()) + CUBLAS_WORKSPACE_BYTES
+                       + sum(accounted.values())))
+        assumptions.append("generation not traced (data-dependent length on fake tensors): HF generate's KV cache "
+                           f"and prefill ({sum(accounted.values()) / 2**20:.1f} MiB) accounted from the formula on "
+                           "the traced state")
+        if phases[-1][1] > step_peak:
+            tracker.peak_totals, tracker.peak_where = gen_totals, "generation (accounted)"
     components, allocated, over = traced_components(tracker)
+    if tracker.peak_where == "generation (accounted)":
+        from ..estimator import cuda_overhead_components
+        from ..physics.overhead import overheads
+
+        extra = [Component(k, v, "allocated", "accounted") for k, v in accounted.items()]
+        allocated += sum(accounted.values())
+        over = overheads(allocated)
+        components = [c for c in components if c.counter == "allocated"] + extra + cuda_overhead_components(over)
     reserved = allocated + over.reserved_slack
     _, paged, _ = states.optimizer_state_bytes(spec, micro, stack)
     from .measure import DEVIATIONS as STEP_DEVIATIONS
@@ -252,51 +307,90 @@ def trace_trainer(spec: ModelSpec, setup: TrainingSetup, steps: int = 2, progres
     return Estimate(
         model_name=spec.name, params=spec.params, trainable_params=states.trainable_params(spec, stack),
         model_source=spec.source, setup=setup, precision=stack.precision, components=tuple(components),
-        peak_phase=tracker.peak_where, phases=((tracker.peak_where, allocated),), peak_allocated_bytes=allocated,
+        peak_phase=tracker.peak_where, phases=tuple(phases) or ((tracker.peak_where, allocated),),
+        peak_allocated_bytes=allocated,
         peak_reserved_bytes=reserved, device_bytes=reserved + over.cuda_context, range_low_bytes=allocated,
         range_high_bytes=over.range_high, paged_bytes=paged, download_bytes=count_params(spec).total * 2,
-        assumptions=tuple(built.notes) + DEVIATIONS + STEP_DEVIATIONS, kind="trace",
-        extra={"traced": f"TRL 1.16 {setup.trainer} loss (_compute_loss), backward and optimizer steps, {steps} steps",
+        assumptions=tuple(built.notes) + DEVIATIONS + STEP_DEVIATIONS + tuple(assumptions), kind="trace",
+        extra={"traced": f"TRL 1.16 {setup.trainer} loss, backward and optimizer steps, {steps} steps",
                "wall_s": round(wall, 2),
                "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024},
     )
 
 
-def _run(spec, setup, micro, stack, built, ref, tracker, steps, materialize, track_weights, install_hooks,
-         make_optimizer, cuda_like_kernels) -> None:
+def _frozen(spec, frozen, build):
+    """A frozen 16-bit copy (TRL's reference copy, GKD's teacher), built on the meta device as the policy is."""
+    model = build(spec, frozen, resolve_stack(spec, frozen)).model
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def _run(spec, setup, micro, stack, built, ref, teacher, tracker, steps, materialize, track_weights, install_hooks,
+         make_optimizer, cuda_like_kernels) -> dict:
+    """The traced steps; returns the live totals after the last optimizer step (the state a generation round
+    starts from)."""
     from .step import optimizer_step
 
     model = built.model
     fake = materialize(built, fake=True)
     track_weights(model, built, micro, tracker)
-    if ref is not None:
+    for frozen, category in ((ref, "reference model"), (teacher, "teacher model")):
+        if frozen is None:
+            continue
         with fake:        # the same fake mode: tensors of two modes cannot meet
-            ref.to_empty(device="cpu")
-            if getattr(ref.config, "tie_word_embeddings", False):
-                ref.tie_weights()
-        for p in ref.parameters():
-            tracker.add(p, "reference model")
+            frozen.to_empty(device="cpu")
+            if getattr(frozen.config, "tie_word_embeddings", False):
+                frozen.tie_weights()
+        for p in frozen.parameters():
+            tracker.add(p, category)
     trainable = [p for p in model.parameters() if p.requires_grad]
     for p in trainable:
         p.register_post_accumulate_grad_hook(lambda p: tracker.retag(p.grad, "gradients"))
     install_hooks(model, built, tracker)
     micro_steps = min(setup.grad_accum, 2)
-    batch = _batch(spec, setup)
-    for t in batch.values():
-        tracker.add(t, "inputs")
-    trainer = _stub_trainer(setup.trainer, model, ref, setup.ref_model == "precomputed")
+    dtype = None
     if stack.autocast:
         dtype = torch.float16 if stack.autocast_dtype == "fp16" else torch.bfloat16
-        for m in (model, ref):
+        for m in (model, ref, teacher):
             if m is not None:
                 _autocast_per_forward(m, dtype)
-    with cuda_like_kernels(micro, tracker), fake, tracker, _RealMasks(tracker):
+    t = setup.trainer
+    if t in rl_trainers.TRACED:
+        sh = physics.shape(setup)
+        rows = sh.rows * (micro_steps if t == "grpo" else 1)      # GRPO: one generation round's rows
+        batch = rl_trainers.batch(spec, setup, rows, sh.row_tokens)
+        trainer = rl_trainers.stub(t, model, ref, teacher, dtype, setup)
+    else:
+        batch = _batch(spec, setup)
+        trainer = _stub_trainer(t, model, ref, setup.ref_model == "precomputed")
+    for v in batch.values():
+        tracker.add(v, "inputs")
+    with cuda_like_kernels(micro, tracker), rl_trainers.cuda_log_softmax(), fake, tracker, _RealMasks(tracker):
         optimizer = make_optimizer(trainable, micro)
         for _ in range(steps):
-            for _ in range(micro_steps):
+            micro_batches = [batch] * micro_steps
+            if t == "grpo":
+                # A generation round per optimizer step (steps_per_generation = gradient_accumulation_steps):
+                # the reference log-probs first, under no_grad, then the round's rows split into micro-batches.
+                round_batch = dict(batch)
+                if trainer.beta != 0.0:
+                    tracker.phase, tracker.default_category, tracker.where = "reference forward", "activations", ""
+                    round_batch["ref_per_token_logps"] = rl_trainers.reference_logps(trainer, model, ref, batch)
+                rows = setup.batch_size
+                micro_batches = [{k: (v[i * rows:(i + 1) * rows] if v.dim() else v) for k, v in round_batch.items()}
+                                 for i in range(micro_steps)]
+            for inputs in micro_batches:
                 tracker.phase, tracker.default_category, tracker.where = "forward", "activations", ""
-                loss = type(trainer)._compute_loss(trainer, model, batch, False)
+                if t in rl_trainers.TRACED:
+                    loss = rl_trainers.loss(trainer, model, inputs)
+                else:
+                    loss = type(trainer)._compute_loss(trainer, model, inputs, False)
                 tracker.phase, tracker.default_category, tracker.where = "backward", "logits and loss", "loss"
                 (loss / micro_steps).backward()
                 del loss
             optimizer_step(optimizer, tracker)
+            if t == "grpo":
+                del round_batch, micro_batches
+        return dict(tracker.totals)
