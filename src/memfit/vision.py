@@ -398,3 +398,18 @@ def _plan_fixed(vision: VisionSpec, image_size: str | None, images: int, min_pix
                      how=f"{images} image(s) per sample, {size} to {vision.fixed_side}x{vision.fixed_side}"
                          + (f" in {crops} crops" if crops > 1 else "") + f": {per_crop * crops:,} tokens and "
                          f"{side * side * crops:,} tower patches each")
+
+
+def image_token_rule(vision: VisionSpec, min_pixels: int | None = None, max_pixels: int | None = None):
+    """(width, height) -> the tokens one image of that size becomes, under the processor's rule and the run's
+    pixel bounds (Qwen-VL only: the other families resize their own way). Raises ValueError as smart_resize does."""
+    bounded = not (vision.fixed_side or vision.longest_edge or vision.max_tiles)
+    lo, hi = (min_pixels, max_pixels) if bounded else (None, None)
+
+    def tokens(width: int, height: int) -> int:
+        try:
+            return plan_images(vision, f"{width}x{height}", 1, lo, hi, None).tokens_per_image
+        except InvalidSetupError:
+            raise ValueError("each side must be 1 to 65536 pixels") from None
+    return tokens
+

@@ -23,6 +23,7 @@ from ..spec import ModelSpec
 from ..vision import ImagePlan, plan_images
 
 IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens")
+UNHOOKED_TOWERS = ("qwen3_vl",)
 PIXEL_BYTES = 4          # the image processors return float32 pixel_values (rescale + normalize in fp32)
 
 
@@ -76,18 +77,24 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
         # The processor's pixel_attention_mask: int64, one per pixel of each tile (image_processing_smolvlm.py).
         pixel_bytes += setup.batch_size * plan.patches * vision.patch_size ** 2 * 8
     checkpoints = 0
-    if setup.grad_ckpt:
+    # transformers 5.25 modeling_qwen3_vl.py: Qwen3VLVisionModel sets no _input_embed_layer, so its
+    # get_input_embeddings raises NotImplementedError and enable_input_require_grads hooks nothing in the tower:
+    # the frozen tower stays out of the graph even under checkpointing (checked: tests/test_vision_more.py).
+    if setup.grad_ckpt and vision.family not in UNHOOKED_TOWERS:
         # transformers 5.24 modeling_utils.py gradient_checkpointing_enable calls enable_input_require_grads, which
         # hooks the input embeddings of every PreTrainedModel inside, the vision tower's patch embedding too: its
         # output requires grad, so even a frozen tower joins the graph, and each checkpointed vision block
         # (GradientCheckpointingLayer) keeps its input hidden states until backward.
         checkpoints = setup.batch_size * plan.patches * vision.depth * vision.hidden_size * hidden_bytes
-        if vision.family == "qwen2_5_vl":
+        if vision.family in ("qwen2_5_vl", "qwen2_vl"):
             # The blocks' rotary cos and sin (fp32, head_dim per patch), passed to every checkpointed block.
             checkpoints += setup.batch_size * plan.patches * 2 * (vision.hidden_size // vision.num_heads) * 4
-            # The merger is not checkpointed (modeling_qwen2_5_vl.py Qwen2_5_VLPatchMerger): its RMSNorm saves the
-            # fp32 input and rsqrt, then Linear, GELU and Linear each save their input (4h per token = h per patch).
-            checkpoints += setup.batch_size * plan.patches * (vision.hidden_size * (4 + 3 * hidden_bytes) + 4)
+            # The merger is not checkpointed: Linear, GELU and Linear each save their input (4h per token = h per
+            # patch). Qwen2.5-VL's RMSNorm (modeling_qwen2_5_vl.py Qwen2_5_VLPatchMerger) saves the fp32 input and
+            # rsqrt; Qwen2-VL's LayerNorm (modeling_qwen2_vl.py PatchMerger ln_q) its input, mean and rstd (fp32).
+            norm = vision.hidden_size * 4 + 4 if vision.family == "qwen2_5_vl" else \
+                vision.hidden_size * hidden_bytes + 8
+            checkpoints += setup.batch_size * plan.patches * (3 * vision.hidden_size * hidden_bytes + norm)
     notes = (f"vision-language model: {plan.how}; the language model runs {setup.seq_len:,} text + "
              f"{plan.tokens:,} image tokens = {lm_len:,} per sample",
              f"vision tower ({vision.tower_params:,} params) and projector ({vision.projector_params:,}) frozen: "

@@ -146,8 +146,14 @@ def _dataset_check(mapped: Mapped, file: Path, spec, setup, tokenizer: str | Non
         return None
     from ..dataset import length_stats, token_lengths
 
-    lengths, layout = token_lengths(str(dataset), tok)
-    stats = length_stats(lengths, layout, setup.seq_len)
+    rule, counts = None, None
+    if spec is not None and getattr(spec, "vision", None) is not None:
+        from ..vision import image_token_rule
+
+        # The run's pixel bounds (the trainer's image keys, preflight/vision.py) bound each image's tokens.
+        rule, counts = image_token_rule(spec.vision, setup.min_pixels, setup.max_pixels), []
+    lengths, layout = token_lengths(str(dataset), tok, image_tokens=rule, image_counts=counts)
+    stats = length_stats(lengths, layout, setup.seq_len, counts)
     result.warnings += length_cautions(stats)
     return stats
 
