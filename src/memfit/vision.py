@@ -62,6 +62,11 @@ class VisionSpec:
         return self.tower_params + self.projector_params
 
     @property
+    def pixel_bounded(self) -> bool:
+        """Qwen-VL: min/max pixels bound the resize (the other families resize to fixed tiles)."""
+        return not (self.fixed_side or self.longest_edge or self.max_tiles)
+
+    @property
     def token_pixels(self) -> int:
         """Pixels per side of one LM token (Qwen: 14 x 2 = 28)."""
         return self.patch_size * self.merge_size
@@ -403,8 +408,7 @@ def _plan_fixed(vision: VisionSpec, image_size: str | None, images: int, min_pix
 def image_token_rule(vision: VisionSpec, min_pixels: int | None = None, max_pixels: int | None = None):
     """(width, height) -> the tokens one image of that size becomes, under the processor's rule and the run's
     pixel bounds (Qwen-VL only: the other families resize their own way). Raises ValueError as smart_resize does."""
-    bounded = not (vision.fixed_side or vision.longest_edge or vision.max_tiles)
-    lo, hi = (min_pixels, max_pixels) if bounded else (None, None)
+    lo, hi = (min_pixels, max_pixels) if vision.pixel_bounded else (None, None)
 
     def tokens(width: int, height: int) -> int:
         try:

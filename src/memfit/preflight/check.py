@@ -89,9 +89,11 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
         raise type(exc)(one_line(f"{file}: {model_key}: {exc}")) from None
     except OSError as exc:           # a name the file system refuses (too long) while looking for a local model
         raise SourceError(f"{file}: {model_key}: cannot be looked up ({exc.strerror or exc})") from None
+    from .swift import apply_model
     from .vision import apply_to
 
     apply_to(mapped, spec)
+    apply_model(mapped, spec)
     if mapped.setup.get("shard") or mapped.setup.get("cp", 1) > 1:      # a layout over GPUs
         mapped.setup["gpus"] = gpus or 1
         mapped.defaults.append(f"{gpus or 1} GPU(s) per node (the launcher sets it; --gpus to change)")

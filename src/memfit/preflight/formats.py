@@ -1,4 +1,4 @@
-"""Training configs of five tools, read into a memfit setup, with each tool's own key names and defaults.
+"""Training configs of six tools (ms-swift's in swift.py), read into a memfit setup, with each tool's own key names and defaults.
 
 Each reader returns a Mapped: the model reference, the TrainingSetup arguments, which keys were used, which
 defaults were assumed (the tool's own, cited), which keys were ignored because they do not affect memory, notes
@@ -26,10 +26,10 @@ from .trainers import read_trainer_keys
 from .reader import (ATTENTION_NAMES, Reader, is_file, one_line, quant4, read_attention, read_deepspeed, read_fsdp,
                      read_precision, show)
 
-FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx")
+FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx", "swift")
 # The key that names the model (torchtune names a builder, mapped to a catalog model below).
 MODEL_KEYS = {"axolotl": "base_model", "llamafactory": "model_name_or_path", "torchtune": "model._component_",
-              "trl": "model_name_or_path", "mlx": "model"}
+              "trl": "model_name_or_path", "mlx": "model", "swift": "model"}
 
 
 @dataclass
@@ -52,6 +52,11 @@ def field_keys(tool: str, **keys_in_file: str | None) -> dict[str, str]:
     return keys | {name: key for name, key in keys_in_file.items() if key}
 
 
+# ms-swift's arguments (swift/arguments/*.py) that, with `model` naming the model, tell its config apart.
+_SWIFT_KEYS = ("tuner_type", "train_type", "ENV", "quant_bits", "quant_method", "freeze_vit", "attn_impl",
+               "max_pixels", "per_device_train_batch_size", "max_length", "dataset")
+
+
 def detect_format(data: dict) -> str:
     if any(isinstance(v, dict) and "_component_" in v for v in data.values()):
         return "torchtune"
@@ -61,10 +66,12 @@ def detect_format(data: dict) -> str:
         return "llamafactory"
     if "fine_tune_type" in data or "lora_parameters" in data or ("model" in data and "iters" in data):
         return "mlx"
+    if "model" in data and "model_name_or_path" not in data and any(k in data for k in _SWIFT_KEYS):
+        return "swift"          # ms-swift: the command's arguments, `model` names the model (preflight/swift.py)
     if "model_name_or_path" in data or "per_device_train_batch_size" in data:
         return "trl"
     raise InvalidSetupError("cannot tell which tool this config is for (axolotl, LLaMA-Factory, torchtune, "
-                            "TRL / HF Trainer, mlx-lm): pass --format-of")
+                            "TRL / HF Trainer, mlx-lm, ms-swift): pass --format-of")
 
 # ---- axolotl (0.18.0) ---------------------------------------------------------------------------------------------
 def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
@@ -163,6 +170,9 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
     read_deepspeed(r, setup)
     read_fsdp(r, setup)
     read_long_context(r, setup, keys)
+    from .vision import read_image_keys
+
+    read_image_keys(r, setup, keys)          # processor_kwargs.max_pixels / min_pixels, image_size
     read_trainer_keys("axolotl", r, setup, defaults, keys)   # dpo/kto/grpo/... (preflight/trainers.py)
     return _mapped(r, model, setup, defaults, keys, dataset, dataset_key)
 
@@ -474,5 +484,7 @@ def _ignored(data: dict, used: list[str]) -> list[str]:
     return [one_line(str(k)) for k in data if k not in used]
 
 
+from .swift import read_swift  # noqa: E402 (ms-swift's reader uses this module's helpers)
+
 READERS = {"axolotl": read_axolotl, "llamafactory": read_llamafactory, "torchtune": read_torchtune,
-           "trl": read_trl, "mlx": read_mlx}
+           "trl": read_trl, "mlx": read_mlx, "swift": read_swift}
