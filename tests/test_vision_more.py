@@ -1,5 +1,5 @@
 """Qwen2-VL, Qwen3-VL, LLaVA-1.5 and InternVL: image tokens against the real image processors, and the estimate
-against the trace of the real transformers classes (tiny configs). The catalog counts are checked against the
+against the trace of the real transformers classes (tiny configs; Gemma 3 and SmolVLM too, under checkpointing). The catalog counts are checked against the
 classes on the meta device by tests/test_vision.py test_vlm_counts_equal_meta_numel (every catalog VLM)."""
 
 import json
@@ -99,7 +99,9 @@ def _tiny(slug: str, text: dict, vision: dict, **top) -> ModelSpec:
     (config["text_config"] if "text_config" in config else config).update(text)
     config["vision_config"].update(vision)
     config.update(top)
-    return ModelSpec.from_hf_config(config, name=f"tiny-{slug}", source="test", processor=entry.get("processor"))
+    processor = {"longest_edge": 2 * config["vision_config"]["image_size"]} if slug.startswith("smolvlm") else \
+        entry.get("processor")
+    return ModelSpec.from_hf_config(config, name=f"tiny-{slug}", source="test", processor=processor)
 
 
 _TEXT = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -117,6 +119,13 @@ TINY = {
                                 image_size=112), torch_dtype="bfloat16"),
     "internvl": lambda: _tiny("internvl3-1b", _TEXT, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                                            num_attention_heads=4, image_size=[224, 224])),
+    # The SigLIP towers under checkpointing (physics/vision.py _siglip_extras).
+    "gemma3": lambda: _tiny("gemma-3-4b", dict(_TEXT, head_dim=32, sliding_window=64),
+                            dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                 image_size=224, patch_size=14), mm_tokens_per_image=16),
+    "smolvlm": lambda: _tiny("smolvlm2-500m", dict(_TEXT, head_dim=32),
+                             dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                  image_size=128, patch_size=16)),
 }
 CELLS = [("qwen2-vl", dict(method="lora", image_size="448x336")),
          ("qwen2-vl", dict(method="full", image_size="640x480", batch_size=2)),
@@ -132,7 +141,9 @@ CELLS = [("qwen2-vl", dict(method="lora", image_size="448x336")),
          ("qwen3-vl", dict(method="lora", image_size="896x672", grad_ckpt=True)),
          ("llava", dict(method="lora", images_per_sample=2, grad_ckpt=True)),
          ("internvl", dict(method="lora", image_size="900x448", grad_ckpt=True)),
-         ("internvl", dict(method="qlora", image_size="448x448"))]
+         ("internvl", dict(method="qlora", image_size="448x448")),
+         ("gemma3", dict(method="lora", images_per_sample=2, grad_ckpt=True)),
+         ("smolvlm", dict(method="lora", image_size="300x200", grad_ckpt=True))]
 
 
 @pytest.mark.parametrize("family,kw", CELLS, ids=[f"{f}-{i}" for i, (f, _) in enumerate(CELLS)])
@@ -160,3 +171,30 @@ def test_qwen3_vl_tower_is_not_hooked_by_enable_input_require_grads():
         hooked[family] = len(model._require_grads_hooks)
     assert hooked == {"qwen2-vl": 2, "qwen3-vl": 1}         # the LM's embeddings, and the tower's patch embedding
 
+
+
+# Real tower widths (a few layers) on a tiny language model: what a checkpointed frozen tower keeps beyond its
+# block inputs (the class token, the hooked patch embedding, the norms and projector outside the checkpoints) is
+# megabytes here, which the relative checks above cannot see.
+REAL_TOWERS = [
+    ("llava-1.5-7b", dict(_TEXT, torch_dtype="bfloat16"), dict(num_hidden_layers=3), dict(torch_dtype="bfloat16"),
+     dict(images_per_sample=1)),
+    ("internvl3-1b", _TEXT, dict(num_hidden_layers=3), {}, dict(image_size="900x448")),
+    ("gemma-3-4b", dict(_TEXT, head_dim=32, sliding_window=64), dict(num_hidden_layers=2), {}, dict(images_per_sample=1)),
+    ("smolvlm2-500m", dict(_TEXT, head_dim=32), dict(num_hidden_layers=2), {}, dict(image_size="1024x512")),
+]
+
+
+@pytest.mark.parametrize("slug,text,vision,top,kw", REAL_TOWERS, ids=[r[0] for r in REAL_TOWERS])
+def test_checkpointed_tower_within_a_mebibyte(slug, text, vision, top, kw):
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from memfit.trace import trace
+
+    spec = _tiny(slug, text, vision, **top)
+    if slug.startswith("smolvlm"):       # 1024 px longest edge: 2x1 tiles of 512 + the global tile
+        spec = ModelSpec.from_hf_config(json.loads(spec.hf_config_json), name=spec.name, source="test",
+                                        processor={"longest_edge": 1024})
+    setup = TrainingSetup(seq_len=64, method="lora", grad_ckpt=True, **kw)
+    gap = estimate(spec, setup).peak_allocated_bytes - trace(spec, setup).peak_allocated_bytes
+    assert abs(gap) < 2**20, f"{gap / 2**20:+.2f} MiB"

@@ -24,6 +24,7 @@ from ..vision import ImagePlan, plan_images
 
 IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens")
 UNHOOKED_TOWERS = ("qwen3_vl",)
+CLS_TOWERS = ("llava", "internvl")       # towers with a class token and a projector outside the checkpoints
 PIXEL_BYTES = 4          # the image processors return float32 pixel_values (rescale + normalize in fp32)
 
 
@@ -59,7 +60,7 @@ def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
 
 
 def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: int,
-                 hidden_bytes: int) -> VisionParts:
+                 hidden_bytes: int, autocast: bool = False) -> VisionParts:
     vision = spec.vision
     try:
         plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
@@ -86,6 +87,10 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
         # output requires grad, so even a frozen tower joins the graph, and each checkpointed vision block
         # (GradientCheckpointingLayer) keeps its input hidden states until backward.
         checkpoints = setup.batch_size * plan.patches * vision.depth * vision.hidden_size * hidden_bytes
+        if vision.family in CLS_TOWERS:
+            checkpoints += _cls_tower_extras(vision, setup.batch_size, plan, hidden_bytes, autocast)
+        elif vision.family in ("gemma3", "smolvlm"):
+            checkpoints += _siglip_extras(vision, setup.batch_size, plan, hidden_bytes, autocast)
         if vision.family in ("qwen2_5_vl", "qwen2_vl"):
             # The blocks' rotary cos and sin (fp32, head_dim per patch), passed to every checkpointed block.
             checkpoints += setup.batch_size * plan.patches * 2 * (vision.hidden_size // vision.num_heads) * 4
@@ -104,6 +109,49 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
                   "hooks its patch embedding): each vision block keeps its input until backward",)
     return VisionParts(plan=plan, lm_setup=lm_setup, weight_bytes=vision.params * weight_bytes_per_param,
                        pixel_bytes=pixel_bytes, assumptions=notes, checkpoint_bytes=checkpoints)
+
+
+def _cls_tower_extras(vision, batch: int, plan: ImagePlan, hidden_bytes: int, autocast: bool) -> int:
+    """What a checkpointed CLIP (LLaVA) or InternViT (InternVL) tower keeps beyond one block input per patch
+    (measured on the trace's live tensors at the peak; transformers 5.25 modeling_clip.py, modeling_internvl.py):
+    - the class token: one more position per image or tile in every block's input;
+    - CLIP under autocast: pre_layrnorm returns fp32 (autocast runs layer_norm in fp32), and the residual stream
+      stays fp32 (fp32 + bf16 -> fp32), so its block inputs are fp32;
+    - the hooked patch embedding's output: enable_input_require_grads makes it a leaf that requires grad, held by
+      its AccumulateGrad node until backward;
+    - the projector, outside the checkpoints: frozen linears save no input, GELU saves its input (text hidden per
+      image token); InternVL's LayerNorm over 4h saves its input (fp32 under autocast) and mean and rstd."""
+    side = vision.fixed_side // vision.patch_size
+    per_image = plan.patches_per_image // (side * side)            # images or tiles
+    positions = batch * plan.images * (plan.patches_per_image + per_image)
+    block_bytes = 4 if (vision.family == "llava" and autocast) else hidden_bytes
+    extra = positions * vision.depth * vision.hidden_size * block_bytes - \
+        batch * plan.patches * vision.depth * vision.hidden_size * hidden_bytes
+    extra += batch * plan.patches * vision.hidden_size * hidden_bytes
+    tokens = batch * plan.tokens
+    extra += tokens * vision.out_hidden_size * hidden_bytes
+    if vision.family == "internvl":
+        merged = vision.hidden_size * vision.merge_size ** 2
+        extra += tokens * (merged * (4 if autocast else hidden_bytes) + 8)
+    return extra
+
+
+def _siglip_extras(vision, batch: int, plan: ImagePlan, hidden_bytes: int, autocast: bool) -> int:
+    """What a checkpointed SigLIP tower (Gemma 3, SmolVLM) keeps beyond one block input per patch (measured on
+    the trace's live tensors at the peak; transformers 5.25 modeling_siglip.py, modeling_gemma3.py,
+    modeling_smolvlm.py): post_layernorm, outside the checkpoints, saves its input (autocast casts it to fp32)
+    and fp32 mean and rstd. Gemma 3: the hooked patch embedding's Conv2d output, a leaf held by its AccumulateGrad
+    node; the projector's avg-pool input (the norm's output, fp32 under autocast) and the pooled tokens its RMSNorm
+    upcasts. SmolVLM: the tile's boolean patch-to-patch attention mask (patch_attention_mask expanded)."""
+    patches, h = batch * plan.patches, vision.hidden_size
+    norm_bytes = 4 if autocast else hidden_bytes
+    extra = patches * (h * norm_bytes + 8)
+    if vision.family == "gemma3":
+        extra += patches * h * (hidden_bytes + norm_bytes) + batch * plan.tokens * h * 4
+    else:
+        side = vision.fixed_side // vision.patch_size
+        extra += patches * side * side           # one byte per (patch, patch) pair of its tile
+    return extra
 
 
 def vision_levers(spec: ModelSpec, setup: TrainingSetup) -> list[tuple]:
