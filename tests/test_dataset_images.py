@@ -133,3 +133,20 @@ def test_cli_estimate_counts_images_and_one_line_for_a_missing_one(tmp_path, tok
                           "--tokenizer", tokenizer], capture_output=True, text=True)
     assert run.returncode != 0 and "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and "data.jsonl:2: image 'nope.png' not found" in run.stderr
+
+
+def test_check_counts_images_under_the_trainers_pixel_bound(tmp_path, tokenizer, monkeypatch):
+    """`memfit check` on an ms-swift config: the dataset it names, its images counted at the config's MAX_PIXELS."""
+    from memfit.preflight.check import check_config
+
+    monkeypatch.delenv("MAX_PIXELS", raising=False)
+    _images(tmp_path)
+    _rows(tmp_path, [{"messages": [{"role": "user", "content": "a b"}], "images": ["img/b.jpg"]}] * 2)
+    config = tmp_path / "swift.yaml"
+    config.write_text("model: Qwen/Qwen2.5-VL-3B-Instruct\ntuner_type: lora\nmax_length: 2048\ndataset: data.jsonl\n"
+                      "ENV:\n  MAX_PIXELS: 602112\n")
+    stats = check_config(str(config), tokenizer=tokenizer).dataset
+    assert stats.image_tokens == (720, 720, 720)           # 1280x720 at 602,112 pixels: 36 x 20 tokens
+    config.write_text(config.read_text().replace("602112", "200704"))
+    assert check_config(str(config), tokenizer=tokenizer).dataset.image_tokens[0] == \
+        image_token_rule(load_model("qwen2.5-vl-3b").vision, None, 200704)(1280, 720)
