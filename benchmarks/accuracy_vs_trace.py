@@ -71,6 +71,9 @@ VLM_CELLS = [
     ("internvl3-1b", dict(method="full", batch_size=1, seq_len=256, image_size="640x480")),
     ("internvl3-1b", dict(method="lora", batch_size=2, seq_len=256, image_size="1280x720", grad_ckpt=True)),
     ("llava-1.5-7b", dict(method="lora", batch_size=1, seq_len=512, grad_ckpt=True, precision="bf16")),
+    ("llava-onevision-0.5b", dict(method="lora", batch_size=1, seq_len=256, image_size="800x600")),
+    ("llava-onevision-0.5b", dict(method="lora", batch_size=1, seq_len=256, image_size="1280x720", grad_ckpt=True)),
+    ("llava-onevision-0.5b", dict(method="full", batch_size=1, seq_len=256, image_size="448x448")),
 ]
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 # (Small vocabularies: the trace's time goes into the logits. qwen2.5-0.5b and gemma-3-1b were checked by hand.)

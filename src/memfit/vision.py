@@ -14,6 +14,8 @@ so the language model goes through the same ``ModelSpec`` path as any text model
   square: 256 (Gemma 3, pooled) or (336 / 14)^2 = 576 (LLaVA, the class token dropped) tokens.
 - SmolVLM: longest edge resized, cut into 512 px tiles + a global tile, 64 tokens each.
 - InternVL: 448 px tiles on the grid nearest the aspect ratio + a thumbnail, 256 tokens each (vision_tiles.py).
+- LLaVA-OneVision: any-resolution 384 px tiles + the base image, the padding cut off, a newline token per row,
+  pooled above 9 tiles' worth (vision_tiles.py).
 Pure: no torch.
 """
 
@@ -54,8 +56,9 @@ class VisionSpec:
     max_pixels: int
     fixed_side: int = 0           # every image (or tile) resized to this square (Gemma 3: 896), 0: dynamic (Qwen)
     longest_edge: int = 0         # SmolVLM: images resized to this longest edge, then cut into fixed_side tiles
-    max_tiles: int = 0            # InternVL: at most this many fixed_side tiles per image (+ a thumbnail), 0: none
-    min_tiles: int = 0
+    max_tiles: int = 0            # InternVL: at most this many fixed_side tiles per image (+ a thumbnail), 0: none;
+    min_tiles: int = 0            # LLaVA-OneVision: max_tiles is anyres_max_N, the pooling threshold
+    grid_pinpoints: tuple = ()    # LLaVA-OneVision: the (height, width) grid resolutions of image_grid_pinpoints
 
     @property
     def params(self) -> int:
@@ -64,7 +67,7 @@ class VisionSpec:
     @property
     def pixel_bounded(self) -> bool:
         """Qwen-VL: min/max pixels bound the resize (the other families resize to fixed tiles)."""
-        return not (self.fixed_side or self.longest_edge or self.max_tiles)
+        return not (self.fixed_side or self.longest_edge or self.max_tiles or self.grid_pinpoints)
 
     @property
     def token_pixels(self) -> int:
@@ -278,6 +281,10 @@ def parse_image_size(text: str) -> tuple[int, int]:
 def plan_images(vision: VisionSpec, image_size: str | None, images: int, min_pixels: int | None,
                 max_pixels: int | None, image_tokens: int | None) -> ImagePlan:
     """The tokens and patches of `images` images per sample, as the family's processor makes them."""
+    if vision.grid_pinpoints:
+        from .vision_tiles import plan_onevision
+
+        return plan_onevision(vision, image_size, images, min_pixels, max_pixels, image_tokens)
     if vision.max_tiles:
         from .vision_tiles import plan_internvl
 

@@ -8,7 +8,7 @@ transformers 5.25 (the installed version) models/<type>/modeling_<type>.py. Pure
 from __future__ import annotations
 
 from .errors import SourceError
-from .vision import VisionSpec, _int
+from .vision import VisionSpec, _int, _siglip_params
 
 
 def _text_of(config: dict, source: str) -> dict:
@@ -174,5 +174,41 @@ def _read_internvl(config: dict, vc: dict, source: str, processor: dict) -> tupl
     return vision, text
 
 
-READERS = {"qwen2_vl": _read_qwen2_vl, "qwen3_vl": _read_qwen3_vl, "llava": _read_llava, "internvl": _read_internvl}
+def _read_llava_onevision(config: dict, vc: dict, source: str, processor: dict) -> tuple[VisionSpec, dict]:
+    # modeling_llava_onevision.py: vision_tower = AutoModel.from_config(vision_config) (SigLIP without pooling
+    # head: vision.py _siglip_params), LlavaOnevisionMultiModalProjector (Linear(vision h, text h), GELU,
+    # Linear(text h, text h), both with bias) and image_newline, a text-hidden vector in the model (counted with
+    # the tower: it is not the projector module).
+    if vc.get("model_type", "siglip_vision_model") != "siglip_vision_model" or vc.get("vision_use_head") is not False:
+        raise SourceError(f"{source}: LLaVA-OneVision is modelled with a SigLIP tower without pooling head")
+    h = _int(vc, "hidden_size", source, 1152)
+    i = _int(vc, "intermediate_size", source, 4304)
+    depth = _int(vc, "num_hidden_layers", source, 26)
+    p, side = _int(vc, "patch_size", source, 14), _int(vc, "image_size", source, 384)
+    c, heads = _int(vc, "num_channels", source, 3), _int(vc, "num_attention_heads", source, 16)
+    text = _text_of(config, source)
+    out = _int(text, "hidden_size", source, 896)
+    _positive(source, h, i, depth, p, side, c, out, heads)
+    pinpoints = config.get("image_grid_pinpoints")
+    aspect = str(config.get("vision_aspect_ratio", "anyres_max_9"))
+    if not (isinstance(pinpoints, list) and pinpoints and all(
+            isinstance(q, list) and len(q) == 2 and all(isinstance(v, int) and v > 0 for v in q) for q in pinpoints)):
+        raise SourceError(f"{source}: image_grid_pinpoints must be a list of [height, width] pairs")
+    if not aspect.startswith("anyres_max_") or not aspect[len("anyres_max_"):].isdigit():
+        raise SourceError(f"{source}: vision_aspect_ratio {aspect!r}: only anyres_max_N is modelled")
+    if config.get("vision_feature_select_strategy", "full") != "full":
+        raise SourceError(f"{source}: only vision_feature_select_strategy 'full' is modelled")
+    vision = VisionSpec(
+        family="llava_onevision", depth=depth, hidden_size=h, intermediate_size=i, num_heads=heads, patch_size=p,
+        merge_size=1, temporal_patch_size=1, in_channels=c, out_hidden_size=out, window_size=0,
+        full_attention_layers=(), image_token_id=_int(config, "image_token_index", source, 151646),
+        tower_params=_siglip_params(h, i, depth, p, side // p, c) + out,
+        projector_params=h * out + out + out * out + out, min_pixels=0, max_pixels=0, fixed_side=side,
+        max_tiles=int(aspect[len("anyres_max_"):]), grid_pinpoints=tuple(tuple(q) for q in pinpoints))
+    _carry_dtype(config, text)
+    return vision, text
+
+
+READERS = {"qwen2_vl": _read_qwen2_vl, "qwen3_vl": _read_qwen3_vl, "llava": _read_llava, "internvl": _read_internvl,
+           "llava_onevision": _read_llava_onevision}
 TEXT_OF = {"qwen2_vl": "qwen2", "qwen3_vl": "qwen3"}

@@ -1,4 +1,5 @@
-"""InternVL's image tiles: the grid of 448 px tiles nearest the image's aspect ratio, plus a thumbnail.
+"""Tiled processors: InternVL's 448 px tiles on the grid nearest the image's aspect ratio, plus a thumbnail; and
+LLaVA-OneVision's any-resolution grid plus the base image (below).
 
 Mirrors transformers 5.25 models/got_ocr2/image_processing_pil_got_ocr2.py (the image processor InternVL-hf
 uses): get_all_supported_aspect_ratios (lines 60-91), get_optimal_tiled_canvas (lines 94-132) and
@@ -8,6 +9,8 @@ image_seq_length; modeling_internvl.py pixel_shuffle with downsample_ratio 0.5).
 """
 
 from __future__ import annotations
+
+import math
 
 from .errors import InvalidSetupError, Problem
 
@@ -59,3 +62,56 @@ def plan_internvl(vision, image_size: str | None, images: int, min_pixels: int |
                      patches_per_image=side * side * tiles,
                      how=f"{images} image(s) per sample, {how}: {per_tile * tiles:,} tokens and "
                          f"{side * side * tiles:,} tower patches each")
+
+
+# ---- LLaVA-OneVision: any-resolution tiles + the base image ----------------------------------------------------
+def best_resolution(width: int, height: int, pinpoints) -> tuple[int, int]:
+    """(height, width) of the grid resolution the processor picks: the most of the image kept, then the least
+    padding (transformers 5.25 image_processing_utils.py select_best_resolution, lines 648-690)."""
+    best, best_effective, best_wasted = None, 0, float("inf")
+    for h, w in pinpoints:
+        scale = min(w / width, h / height)
+        effective = min(int(width * scale) * int(height * scale), width * height)
+        wasted = w * h - effective
+        if effective > best_effective or (effective == best_effective and wasted < best_wasted):
+            best, best_effective, best_wasted = (h, w), effective, wasted
+    return best
+
+
+def onevision_tokens(width: int, height: int, tile: int, per_side: int, pinpoints, max_tiles: int) -> tuple[int, int]:
+    """(tokens, tiles the tower sees) for one image: processing_llava_onevision.py _get_number_of_features and
+    _get_unpadded_features (lines 106-154): the grid's features with the padding cut off, one newline token per
+    row, pooled down when above max_tiles (anyres_max_9) tiles' worth; plus the base image's per_side^2."""
+    best_h, best_w = best_resolution(width, height, pinpoints)
+    rows, cols = per_side * (best_h // tile), per_side * (best_w // tile)
+    if width / height > cols / rows:
+        new_height = int(round(height * (cols / width), 7))
+        rows -= (rows - new_height) // 2 * 2
+    else:
+        new_width = int(round(width * (rows / height), 7))
+        cols -= (cols - new_width) // 2 * 2
+    features, newlines = rows * cols, rows
+    ratio = math.sqrt(rows * cols / (max_tiles * per_side ** 2))
+    if ratio > 1.1:
+        features, newlines = int(rows // ratio) * int(cols // ratio), int(rows // ratio)
+    return features + newlines + per_side ** 2, (best_h // tile) * (best_w // tile) + 1
+
+
+def plan_onevision(vision, image_size: str | None, images: int, min_pixels: int | None, max_pixels: int | None,
+                   image_tokens: int | None):
+    from .vision import ImagePlan, _no_pixel_bounds, parse_image_size
+
+    _no_pixel_bounds(vision, min_pixels, max_pixels)
+    per_side = vision.fixed_side // vision.patch_size
+    if image_tokens is not None:
+        raise InvalidSetupError(Problem("image_tokens", f"{{image_tokens}}: {vision.family}'s tokens follow from the "
+                                                        f"image size (--image-size)"))
+    largest = max(vision.grid_pinpoints, key=lambda p: p[0] * p[1])
+    width, height = parse_image_size(image_size) if image_size else (largest[1], largest[0])
+    tokens, tiles = onevision_tokens(width, height, vision.fixed_side, per_side, vision.grid_pinpoints,
+                                     vision.max_tiles)
+    what = image_size or f"no --image-size: the largest grid, {largest[1]}x{largest[0]}"
+    return ImagePlan(images=images, grid=(per_side * tiles, per_side), tokens_per_image=tokens,
+                     patches_per_image=per_side * per_side * tiles,
+                     how=f"{images} image(s) per sample, {what} as {tiles - 1} tiles of {vision.fixed_side} px + the "
+                         f"base image: {tokens:,} tokens and {per_side * per_side * tiles:,} tower patches each")

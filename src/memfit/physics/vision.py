@@ -89,8 +89,12 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
         checkpoints = setup.batch_size * plan.patches * vision.depth * vision.hidden_size * hidden_bytes
         if vision.family in CLS_TOWERS:
             checkpoints += _cls_tower_extras(vision, setup.batch_size, plan, hidden_bytes, autocast)
-        elif vision.family in ("gemma3", "smolvlm"):
+        elif vision.family in ("gemma3", "smolvlm", "llava_onevision"):
             checkpoints += _siglip_extras(vision, setup.batch_size, plan, hidden_bytes, autocast)
+        if vision.family in CLS_TOWERS + ("gemma3", "smolvlm", "llava_onevision"):
+            # The language model's hooked embedding output is a leaf of its own here (the image features are
+            # scattered into a new tensor, the first layer's input): one more hidden state per LM token.
+            checkpoints += setup.batch_size * lm_len * vision.out_hidden_size * hidden_bytes
         if vision.family in ("qwen2_5_vl", "qwen2_vl"):
             # The blocks' rotary cos and sin (fp32, head_dim per patch), passed to every checkpointed block.
             checkpoints += setup.batch_size * plan.patches * 2 * (vision.hidden_size // vision.num_heads) * 4
@@ -142,8 +146,13 @@ def _siglip_extras(vision, batch: int, plan: ImagePlan, hidden_bytes: int, autoc
     modeling_smolvlm.py): post_layernorm, outside the checkpoints, saves its input (autocast casts it to fp32)
     and fp32 mean and rstd. Gemma 3: the hooked patch embedding's Conv2d output, a leaf held by its AccumulateGrad
     node; the projector's avg-pool input (the norm's output, fp32 under autocast) and the pooled tokens its RMSNorm
-    upcasts. SmolVLM: the tile's boolean patch-to-patch attention mask (patch_attention_mask expanded)."""
+    upcasts. SmolVLM: the tile's boolean patch-to-patch attention mask (patch_attention_mask expanded).
+    LLaVA-OneVision: see below."""
     patches, h = batch * plan.patches, vision.hidden_size
+    if vision.family == "llava_onevision":
+        # The last block's output is the feature (no post_layernorm): the hooked patch embedding's output and the
+        # projector's GELU input, over every tile's patches (the padding is cut after the projector).
+        return patches * (h + vision.out_hidden_size) * hidden_bytes
     norm_bytes = 4 if autocast else hidden_bytes
     extra = patches * (h * norm_bytes + 8)
     if vision.family == "gemma3":

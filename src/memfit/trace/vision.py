@@ -19,7 +19,7 @@ from torch import nn
 
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
-from ..vision import plan_images
+from ..vision import parse_image_size, plan_images
 
 # The largest integer tensor computed for real: input_ids of a micro-batch (b x s), the window index over
 # patches. 64M elements (512 MiB of int64) is beyond any micro-batch memfit traces.
@@ -137,8 +137,8 @@ def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
     elif vision.family == "internvl":
         # processing_internvl.py: <img> (151665) + 256 x <IMG_CONTEXT> per tile + </img> (151666).
         start, end = 151665, 151666
-    elif vision.family == "llava":
-        start = end = None                 # processing_llava.py: the <image> token repeated 576 times, nothing around
+    elif vision.family in ("llava", "llava_onevision"):
+        start = end = None                 # processing_llava*.py: the <image> token repeated, nothing around
     else:
         start, end = config.get("vision_start_token_id", 151652), config.get("vision_end_token_id", 151653)
     row: list[int] = []
@@ -157,6 +157,17 @@ def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
         return {"input_ids": ids, "labels": ids}           # --images-per-sample 0: a text-only batch
     if vision.family == "smolvlm":
         return {"input_ids": ids, "labels": ids, **_constant_pixels(vision, setup.batch_size, plan)}
+    if vision.family == "llava_onevision":
+        # The processor's pixel_values [images, tiles, c, side, side] and image_sizes (height, width): the model
+        # picks each image's tiles and unpads its features from those sizes (modeling_llava_onevision.py
+        # get_image_features, pack_image_features), so image_sizes is a constant.
+        width, height = (parse_image_size(setup.image_size) if setup.image_size else
+                         max(((w, h) for h, w in vision.grid_pinpoints), key=lambda s: s[0] * s[1]))
+        tiles = plan.patches_per_image // (vision.fixed_side // vision.patch_size) ** 2
+        side = vision.fixed_side
+        pixels = torch.empty(images, tiles, vision.in_channels, side, side, dtype=torch.float32)
+        return {"input_ids": ids, "labels": ids, "pixel_values": pixels,
+                "image_sizes": torch.tensor([[height, width]] * images)}
     if vision.family in ("gemma3", "llava", "internvl"):
         crops = plan.patches_per_image // (vision.fixed_side // vision.patch_size) ** 2
         side = vision.fixed_side
