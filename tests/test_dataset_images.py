@@ -150,3 +150,24 @@ def test_check_counts_images_under_the_trainers_pixel_bound(tmp_path, tokenizer,
     config.write_text(config.read_text().replace("602112", "200704"))
     assert check_config(str(config), tokenizer=tokenizer).dataset.image_tokens[0] == \
         image_token_rule(load_model("qwen2.5-vl-3b").vision, None, 200704)(1280, 720)
+
+
+def test_embedded_images(tmp_path, tokenizer):
+    """A data: URL in JSONL, and the datasets Image feature's {"bytes": ...} in Parquet."""
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (640, 480)).save(buffer, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    rule = image_token_rule(load_model("qwen2.5-vl-3b").vision, None, 602112)
+    counts = []
+    token_lengths(_rows(tmp_path, [{"text": "a", "images": [url]}]), tokenizer, image_tokens=rule, image_counts=counts)
+    assert counts == [391]
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    table = pa.table({"text": ["a b"], "images": [[{"bytes": buffer.getvalue(), "path": None}]]})
+    pq.write_table(table, tmp_path / "d.parquet")
+    counts = []
+    token_lengths(str(tmp_path / "d.parquet"), tokenizer, image_tokens=rule, image_counts=counts)
+    assert counts == [391]

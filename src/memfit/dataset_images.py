@@ -84,9 +84,8 @@ class ImageTokens:
             elif ref.startswith(("http://", "https://")):
                 raise SourceError(f"{where}: image {shorten(ref, 80)} is a URL: memfit reads image sizes from "
                                   f"local files only")
-        key = (data if isinstance(data, bytes) and len(data) < 64 else id(data)) if data is not None else ref
-        if key in self._sizes:
-            return self._sizes[key]
+        if data is None and ref in self._sizes:        # a file many rows name is read once
+            return self._sizes[ref]
         path = None if data is not None else (Path(ref).expanduser() if Path(ref).expanduser().is_absolute()
                                                else self.base / ref)
         try:
@@ -98,7 +97,7 @@ class ImageTokens:
             detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
             raise SourceError(f"{where}: image {shorten(_name(ref), 80)} is not a readable image ({detail})") from None
         if data is None:
-            self._sizes[key] = size
+            self._sizes[ref] = size
         return size
 
 
