@@ -70,3 +70,15 @@ def test_pixel_bounds_set_aside_for_tiled_families(tmp_path):
     assert result.setup.max_pixels is None and result.setup.min_pixels is None
     assert [code for code, _ in result.mapped.notes] == ["pixel-bounds-not-tokens"]
     assert result.estimate.device_bytes > 0
+
+
+def test_swift_notes_its_hooked_qwen3_vl_tower(tmp_path, monkeypatch):
+    monkeypatch.delenv("MAX_PIXELS", raising=False)
+    result = _check(tmp_path, "model: Qwen/Qwen3-VL-8B-Instruct\ntuner_type: lora\nmax_length: 1024\n"
+                              "max_pixels: 1048576\n")
+    notes = [text for code, text in result.mapped.notes if "patch_get_input_embeddings" in text]
+    # 1024x1024 at 32 px per token: 32 x 32 tokens, 4096 patches x 27 blocks x 1152 x 2 bytes = 0.24 GiB
+    assert len(notes) == 1 and "0.24 GiB" in notes[0]
+    plain = _check(tmp_path, "model: Qwen/Qwen3-VL-8B-Instruct\ntuner_type: lora\nmax_length: 1024\n"
+                             "gradient_checkpointing: false\n")
+    assert not [t for _, t in plain.mapped.notes if "patch_get_input_embeddings" in t]

@@ -97,8 +97,27 @@ def _first_dataset(r: Reader) -> str | None:
 
 
 def apply_model(mapped, spec) -> None:
-    """max_length not set: ms-swift takes the model's max_model_len (base_args.py)."""
-    if mapped.tool == "swift" and "seq_len" not in mapped.setup and spec.max_positions:
+    """max_length not set: ms-swift takes the model's max_model_len (base_args.py). And a note where ms-swift
+    hooks a tower that transformers alone leaves out of the graph."""
+    if mapped.tool != "swift":
+        return
+    if "seq_len" not in mapped.setup and spec.max_positions:
         mapped.setup["seq_len"] = spec.max_positions
         mapped.defaults.append(f"max_length not set: ms-swift uses the model's max_model_len, "
                                f"{spec.max_positions:,} tokens (set max_length)")
+    vision = spec.vision
+    if vision is not None and vision.family == "qwen3_vl" and mapped.setup.get("grad_ckpt"):
+        from ..vision import plan_images
+
+        # swift/model/models/qwen.py Qwen2VLLoader.get_model (Qwen3VLLoader's too) patch_get_input_embeddings(
+        # visual, 'patch_embed'): enable_input_require_grads then hooks the tower, whose checkpointed blocks keep
+        # their inputs; physics/vision.py follows transformers, where Qwen3-VL's tower is not hooked.
+        try:
+            plan = plan_images(vision, mapped.setup.get("image_size"), mapped.setup.get("images_per_sample", 1),
+                               mapped.setup.get("min_pixels"), mapped.setup.get("max_pixels"), None)
+        except Exception:   # an image setting the estimate itself refuses, with its own message
+            return
+        missing = mapped.setup.get("batch_size", 1) * plan.patches * vision.depth * vision.hidden_size * 2
+        mapped.notes.append(("key-not-honoured", f"gradient_checkpointing: ms-swift hooks Qwen3-VL's patch embedding "
+                             f"(patch_get_input_embeddings), so the frozen tower keeps each block's input: about "
+                             f"{missing / 2**30:.2f} GiB more than this estimate, which follows transformers"))
