@@ -56,6 +56,24 @@ VLM_CELLS = [
     ("smolvlm2-500m", dict(method="full", batch_size=2, seq_len=512)),
     ("smolvlm2-500m", dict(method="lora", batch_size=1, seq_len=512, images_per_sample=3, grad_ckpt=True)),
     ("smolvlm2-500m", dict(method="qlora", batch_size=4, seq_len=256, image_size="640x480")),
+    ("qwen2-vl-2b", dict(method="lora", batch_size=1, seq_len=256, image_size="448x448")),
+    ("qwen2-vl-2b", dict(method="lora", batch_size=2, seq_len=512, image_size="1280x720")),
+    ("qwen2-vl-2b", dict(method="lora", batch_size=1, seq_len=256, max_pixels=602112, grad_ckpt=True)),
+    ("qwen3-vl-2b", dict(method="lora", batch_size=1, seq_len=256, image_size="448x448")),
+    ("qwen3-vl-2b", dict(method="lora", batch_size=1, seq_len=512, images_per_sample=2, max_pixels=602112)),
+    ("qwen3-vl-2b", dict(method="qlora", batch_size=2, seq_len=256, image_size="1280x720")),
+    ("qwen3-vl-2b", dict(method="lora", batch_size=1, seq_len=256, image_size="1280x720", grad_ckpt=True)),
+    # LLaVA-1.5's checkpoint is fp16, which the CPU trace cannot run under bf16 autocast: pure bf16.
+    ("llava-1.5-7b", dict(method="lora", batch_size=1, seq_len=256, precision="bf16")),
+    ("llava-1.5-7b", dict(method="lora", batch_size=2, seq_len=256, images_per_sample=2, precision="bf16")),
+    ("internvl3-1b", dict(method="lora", batch_size=1, seq_len=256, image_size="1280x720")),
+    ("internvl3-1b", dict(method="lora", batch_size=1, seq_len=512, image_size="448x448", images_per_sample=2)),
+    ("internvl3-1b", dict(method="full", batch_size=1, seq_len=256, image_size="640x480")),
+    ("internvl3-1b", dict(method="lora", batch_size=2, seq_len=256, image_size="1280x720", grad_ckpt=True)),
+    ("llava-1.5-7b", dict(method="lora", batch_size=1, seq_len=512, grad_ckpt=True, precision="bf16")),
+    ("llava-onevision-0.5b", dict(method="lora", batch_size=1, seq_len=256, image_size="800x600")),
+    ("llava-onevision-0.5b", dict(method="lora", batch_size=1, seq_len=256, image_size="1280x720", grad_ckpt=True)),
+    ("llava-onevision-0.5b", dict(method="full", batch_size=1, seq_len=256, image_size="448x448")),
 ]
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 # (Small vocabularies: the trace's time goes into the logits. qwen2.5-0.5b and gemma-3-1b were checked by hand.)
@@ -314,6 +332,9 @@ def main() -> None:
     parser.add_argument("--rl-only", action="store_true",
                         help="with --trainers: trace only the ORPO/CPO/SimPO/GRPO/GKD cells and merge them into the "
                              "saved trainer results")
+    parser.add_argument("--models", default=None,
+                        help="with --vlm: trace only these models' cells (comma-separated) and merge them into the "
+                             "saved results")
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite the markdown from the saved JSON results without tracing again")
     parser.add_argument("--fail-over", type=float, default=None,
@@ -336,6 +357,11 @@ def main() -> None:
         fresh = run(args.quick, args.max_minutes, cells=list(peft_cells()))["rows"]
         kept = [r for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"]
                 if r["setup"]["method"] not in PEFT_METHODS]
+        report = {"rows": kept + fresh, "summary": summarize(kept + fresh)}
+    elif args.models:
+        only = set(args.models.split(","))
+        fresh = run(args.quick, args.max_minutes, cells=[c for c in matrix(args.quick, args.vlm) if c[0] in only])["rows"]
+        kept = [r for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"] if r["model"] not in only]
         report = {"rows": kept + fresh, "summary": summarize(kept + fresh)}
     else:
         report = run(args.quick, args.max_minutes, trainers=args.trainers, vlm=args.vlm,

@@ -71,10 +71,24 @@ def test_orpo_simpo_cpo_gkd(tmp_path):
     assert r.estimate.component("teacher model") > 0
 
 
+def test_max_length_not_set_is_the_models_context_said_so(tmp_path):
+    # template_args.py:130: max_length None -> the model's max_model_len; the check says it took that bound, and
+    # refuses when the model's context length is not known (no silent recipe default).
+    from memfit.sources.resolve import load_model
+
+    path = tmp_path / "c.yaml"
+    path.write_text("rlhf_type: dpo\nmodel: Qwen/Qwen2-VL-2B-Instruct\n")
+    r = _check(path)
+    assert r.setup.seq_len == load_model("Qwen/Qwen2-VL-2B-Instruct", allow_network=False).max_positions > 0
+    assert any("max_length not set" in d for d in r.mapped.defaults)
+    path.write_text("rlhf_type: dpo\nmodel: qwen2.5-0.5b\n")
+    with pytest.raises(InvalidSetupError, match="max_length: not set"):
+        _check(path)
+
+
 @pytest.mark.parametrize("text, words", [
     ("rlhf_type: rm\nmodel: qwen2.5-0.5b\nmax_length: 512\n", "reward-model training. is not modelled"),
     ("rlhf_type: dpo\nmodel: qwen2.5-0.5b\nref_model: qwen2.5-0.5b\nmax_length: 512\n", "refuses a ref_model"),
-    ("rlhf_type: dpo\nmodel: qwen2.5-0.5b\n", "max_length: not set"),
     ("model: qwen2.5-0.5b\ntuner_type: full\nquant_method: bnb\nquant_bits: 4\nmax_length: 512\n",
      "purely quantized"),
     ("model: qwen2.5-0.5b\ntuner_type: lora\nquant_method: hqq\nquant_bits: 4\nmax_length: 512\n", "hqq"),

@@ -181,8 +181,9 @@ def _levers(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware) -> list[t
     recipe = RECIPES[setup.recipe]
     mac = hardware.kind == "mac"
     out = []
-    if not setup.chunked_ce and not mac and setup.recipe != "mlx":
-        # Liger's and unsloth's fused losses are Triton kernels: CUDA only; mlx-lm has no chunked loss.
+    if not setup.chunked_ce and not mac and setup.recipe != "mlx" and "loss" not in setup.explicit:
+        # Liger's and unsloth's fused losses are Triton kernels: CUDA only; mlx-lm has no chunked loss. A loss
+        # given explicitly is the stack's own (LLaMA-Factory's and ms-swift's DPO take full logits): not a lever.
         out.append(("chunked-ce", "chunked cross-entropy", lambda s: s.replace(chunked_ce=True)))
     if setup.optimizer in ("adamw", "adamw-fused", "adamw-loop", "adamw-bnb", "paged-adamw") and not mac \
             and "adamw-8bit" in recipe.optimizers and not setup.optimizer_in_backward:

@@ -90,9 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_setup_args(p)
 
     p = sub.add_parser("check", help="pre-flight a training config (axolotl, LLaMA-Factory, torchtune, TRL, "
-                                     "mlx-lm): does it fit, and what to edit")
+                                     "mlx-lm, ms-swift): does it fit, and what to edit")
     p.add_argument("config", help="the training config file (YAML or JSON)")
-    p.add_argument("--format-of", choices=["axolotl", "llamafactory", "torchtune", "trl", "mlx", "ms-swift"],
+    from .preflight.formats import FORMATS
+
+    p.add_argument("--format-of", choices=list(FORMATS),
                    help="force the tool (detected from the content otherwise)")
     p.add_argument("--write-suggested", metavar="OUT", help="write the config with the best fitting change applied "
                                                              "(never over the input, unless --in-place)")

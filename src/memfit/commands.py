@@ -121,13 +121,13 @@ def cmd_plan(args) -> str:
     spec, model_ref = load_request_model(request)
     if spec.is_rule_of_thumb:
         raise InvalidSetupError("a bare size has no architecture to plan for; name a model or a config.json")
-    data = dataset_stats(request, progress=args.format == "text")
+    data = dataset_stats(request, progress=args.format == "text", spec=spec)
     base = resolve_setup(request, data[2] if data else None, hardware)
     stats = None
     if data is not None:
         from .dataset import length_stats
 
-        stats = length_stats(data[0], data[1], base.seq_len)
+        stats = length_stats(data[0], data[1], base.seq_len, data[3])
     methods = (base.method,) if "method" in base.explicit else ("full", "lora", "qlora")
     recommended, alternatives = plan(
         spec, base, hardware, lambda s: command_line("estimate", model_ref, {**s.overrides(), **hardware_values}),

@@ -2,7 +2,8 @@
 
 Reads JSONL, JSON, CSV or Parquet (streamed), in the layouts fine-tuning tools use: `text`; `prompt` /
 `completion`; `instruction` / `input` / `output` (Alpaca); chat `messages` (or `conversations`) as a list of
-{role, content}. Tokenizes with a tokenizer.json (the `tokenizers` library) or a model directory (transformers'
+{role, content}. For a vision-language model, the images a row names (``image_refs``) add the tokens the model's
+processor makes of them (vision.image_token_rule), their sizes read from the files' headers. Tokenizes with a tokenizer.json (the `tokenizers` library) or a model directory (transformers'
 AutoTokenizer, which also applies the model's chat template to `messages`).
 """
 
@@ -34,11 +35,14 @@ class LengthStats:
     layout: str
     truncated_share: float | None                 # share of examples longer than seq_len
     seq_len: int | None
+    image_tokens: tuple[int, int, int] | None = None  # a VLM's image tokens per example: (p50, p99, max)
 
     def as_dict(self) -> dict:
         return {"count": self.count, "p50": self.p50, "p90": self.p90, "p99": self.p99, "max": self.max,
                 "mean": round(self.mean, 1), "layout": self.layout, "seq_len": self.seq_len,
                 "truncated_share": self.truncated_share,
+                "image_tokens": None if self.image_tokens is None else dict(zip(("p50", "p99", "max"),
+                                                                                self.image_tokens)),
                 "histogram": [{"from": a, "to": b, "count": n} for a, b, n in self.histogram]}
 
 
@@ -295,14 +299,23 @@ def _count_ids(encoded) -> int:
 
 
 # ---- the check ------------------------------------------------------------------------------------------------
-def token_lengths(dataset: str, tokenizer: str, progress: bool = False) -> tuple[list[int], str]:
+def token_lengths(dataset: str, tokenizer: str, progress: bool = False, image_tokens=None,
+                  image_counts: list | None = None) -> tuple[list[int], str]:
+    """Tokens per example. With `image_tokens` (a VLM's rule: (width, height) -> tokens), each example's images
+    are counted in too, and `image_counts` (a list) receives each example's image tokens."""
     path, tok = Path(dataset).expanduser(), _Tokenizer(Path(tokenizer).expanduser())
+    from .dataset_images import ImageTokens
+
+    images = ImageTokens(image_tokens, path.parent) if image_tokens else None
     lengths, layout, start = [], None, time.perf_counter()
-    for where, record in iter_located_records(path):
-        layout = layout or detect_layout(record, where)
-        record = checked_record(record, layout, where)
+    for where, raw in iter_located_records(path):
+        layout = layout or detect_layout(raw, where)
+        record = checked_record(raw, layout, where)
+        extra = images.count(raw, where) if images else 0
+        if image_counts is not None:
+            image_counts.append(extra)
         try:
-            lengths.append(tok.count(record, layout))
+            lengths.append(tok.count(record, layout) + extra)
         except Exception as exc:   # a chat template that rejects these roles, a tokenizer's own error
             detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise SourceError(f"{where}: the tokenizer failed on this example ({type(exc).__name__}: "
@@ -320,8 +333,10 @@ def _percentile(sorted_values: list[int], q: float) -> int:
     return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
 
 
-def length_stats(lengths: list[int], layout: str, seq_len: int | None) -> LengthStats:
+def length_stats(lengths: list[int], layout: str, seq_len: int | None,
+                 image_counts: list[int] | None = None) -> LengthStats:
     values = sorted(lengths)
+    images = sorted(image_counts) if image_counts else None
     top = values[-1]
     width = max(1, math.ceil((top + 1) / HISTOGRAM_BINS))
     counts = [0] * HISTOGRAM_BINS
@@ -331,7 +346,9 @@ def length_stats(lengths: list[int], layout: str, seq_len: int | None) -> Length
     truncated = sum(v > seq_len for v in values) / len(values) if seq_len else None
     return LengthStats(count=len(values), p50=_percentile(values, 0.5), p90=_percentile(values, 0.9),
                        p99=_percentile(values, 0.99), max=top, mean=sum(values) / len(values),
-                       histogram=histogram, layout=layout, truncated_share=truncated, seq_len=seq_len)
+                       histogram=histogram, layout=layout, truncated_share=truncated, seq_len=seq_len,
+                       image_tokens=(_percentile(images, 0.5), _percentile(images, 0.99), images[-1]) if images
+                       else None)
 
 
 def suggested_length(stats: LengthStats, multiple: int = 64) -> int:
@@ -361,6 +378,9 @@ def render_stats(stats: LengthStats) -> str:
     peak = max(n for _, _, n in stats.histogram) or 1
     for a, b, n in stats.histogram:
         lines.append(f"  {a:>7}-{b:<7} {'█' * round(30 * n / peak):<30} {n}")
+    if stats.image_tokens:
+        p50, p99, top = stats.image_tokens
+        lines.append(f"  image tokens per example (in the lengths above): p50 {p50}, p99 {p99}, max {top}")
     if stats.seq_len:
         lines.append(f"  max length {stats.seq_len} truncates {stats.truncated_share:.1%} of examples")
     return "\n".join(lines)

@@ -305,14 +305,15 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            tool_keys=_keys(trl="teacher_model_name_or_path")),
     # Vision-language models (vision.py): the images each sample carries. The tower is frozen (physics/vision.py).
     Option("image_size", "text", "a VLM's image size before the processor resizes it, WIDTHxHEIGHT (default: "
-           "the largest max_pixels allows)", unit="pixels"),
+           "the largest max_pixels allows)", unit="pixels", tool_keys=_keys(axolotl="image_size")),
     Option("images_per_sample", "int", "images in each training sample of a VLM", default=1, unit="images",
            minimum=0, maximum=4096),
     Option("max_pixels", "int", "a VLM processor's upper bound on pixels per image (Qwen-VL; default: the "
            "model's preprocessor_config.json)", unit="pixels", minimum=1, maximum=1 << 32,
-           tool_keys=_keys(llamafactory="image_max_pixels")),
+           tool_keys=_keys(llamafactory="image_max_pixels", axolotl="processor_kwargs.max_pixels", **{"ms-swift": "max_pixels"})),
     Option("min_pixels", "int", "a VLM processor's lower bound on pixels per image (Qwen-VL)", unit="pixels",
-           minimum=1, maximum=1 << 32, tool_keys=_keys(llamafactory="image_min_pixels")),
+           minimum=1, maximum=1 << 32,
+           tool_keys=_keys(llamafactory="image_min_pixels", axolotl="processor_kwargs.min_pixels")),
     Option("image_tokens", "int", "tokens per image, given directly instead of computed from the image size",
            unit="tokens", minimum=1, maximum=MAX_SEQ_LEN),
 )

@@ -144,8 +144,10 @@ def resolve_setup(request: Request, dataset=None, hardware: Hardware | None = No
     return TrainingSetup(**values)
 
 
-def dataset_stats(request: Request, progress: bool = False):
-    """(stats at the setup's length, lengths) of the request's dataset, or None."""
+def dataset_stats(request: Request, progress: bool = False, spec: ModelSpec | None = None):
+    """(lengths, layout, stats for choosing a length, per-example image tokens) of the request's dataset, or None.
+    For a vision-language model the lengths include each example's image tokens (dataset_images.py) and the
+    length is chosen from the text alone: the estimate adds the image tokens of its image settings on top."""
     if request.dataset is None:
         if request.tokenizer is not None:
             raise InvalidSetupError(Problem("tokenizer", "{tokenizer} only applies with {dataset}"))
@@ -155,8 +157,16 @@ def dataset_stats(request: Request, progress: bool = False):
                                                    "directory)"))
     from .dataset import length_stats, token_lengths
 
-    lengths, layout = token_lengths(request.dataset, request.tokenizer, progress=progress)
-    return lengths, layout, length_stats(lengths, layout, None)
+    rule, counts = None, None
+    if spec is not None and spec.vision is not None:
+        from .vision import image_token_rule
+
+        rule, counts = image_token_rule(spec.vision, request.setup.get("min_pixels"),
+                                        request.setup.get("max_pixels")), []
+    lengths, layout = token_lengths(request.dataset, request.tokenizer, progress=progress, image_tokens=rule,
+                                    image_counts=counts)
+    text = [n - i for n, i in zip(lengths, counts)] if counts else lengths
+    return lengths, layout, length_stats(text, layout, None), counts
 
 
 def check_against(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware | None) -> list[Caution]:
@@ -188,13 +198,13 @@ def check_against(spec: ModelSpec, setup: TrainingSetup, hardware: Hardware | No
 def report(request: Request, progress: bool = False) -> Report:
     hardware, hardware_values = load_request_hardware(request)   # hardware errors before any model lookup
     spec, model_ref = load_request_model(request)
-    data = dataset_stats(request, progress)
+    data = dataset_stats(request, progress, spec)
     setup = resolve_setup(request, data[2] if data else None, hardware)
     stats = None
     if data is not None:
         from .dataset import length_stats
 
-        stats = length_stats(data[0], data[1], setup.seq_len)
+        stats = length_stats(data[0], data[1], setup.seq_len, data[3])
     cautions = check_against(spec, setup, hardware)
     est = estimate(spec, setup)
     ver = verdict(est, hardware) if hardware else None

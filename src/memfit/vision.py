@@ -8,7 +8,14 @@ so the language model goes through the same ``ModelSpec`` path as any text model
 ``image_tokens(vision, ...)`` counts the tokens one image becomes, the way each family's processor does:
 - Qwen2/2.5-VL: ``smart_resize`` to multiples of patch x merge (28 px) inside [min_pixels, max_pixels]; one
   token per 28 x 28 block, the tower sees 4 patches (14 x 14) per token
-  (transformers 5.24 models/qwen2_vl/image_processing_qwen2_vl.py smart_resize, lines 63-89).
+  (transformers 5.24 models/qwen2_vl/image_processing_qwen2_vl.py smart_resize, lines 63-89). Qwen3-VL: the same
+  processor class with patch 16, merge 2 (32 px per token; processing_qwen3_vl.py uses Qwen2VLImageProcessor).
+- Gemma 3, LLaVA-1.5: every image resized (LLaVA: shortest edge then center crop, CLIPImageProcessor) to one fixed
+  square: 256 (Gemma 3, pooled) or (336 / 14)^2 = 576 (LLaVA, the class token dropped) tokens.
+- SmolVLM: longest edge resized, cut into 512 px tiles + a global tile, 64 tokens each.
+- InternVL: 448 px tiles on the grid nearest the aspect ratio + a thumbnail, 256 tokens each (vision_tiles.py).
+- LLaVA-OneVision: any-resolution 384 px tiles + the base image, the padding cut off, a newline token per row,
+  pooled above 9 tiles' worth (vision_tiles.py).
 Pure: no torch.
 """
 
@@ -49,10 +56,18 @@ class VisionSpec:
     max_pixels: int
     fixed_side: int = 0           # every image (or tile) resized to this square (Gemma 3: 896), 0: dynamic (Qwen)
     longest_edge: int = 0         # SmolVLM: images resized to this longest edge, then cut into fixed_side tiles
+    max_tiles: int = 0            # InternVL: at most this many fixed_side tiles per image (+ a thumbnail), 0: none;
+    min_tiles: int = 0            # LLaVA-OneVision: max_tiles is anyres_max_N, the pooling threshold
+    grid_pinpoints: tuple = ()    # LLaVA-OneVision: the (height, width) grid resolutions of image_grid_pinpoints
 
     @property
     def params(self) -> int:
         return self.tower_params + self.projector_params
+
+    @property
+    def pixel_bounded(self) -> bool:
+        """Qwen-VL: min/max pixels bound the resize (the other families resize to fixed tiles)."""
+        return not (self.fixed_side or self.longest_edge or self.max_tiles or self.grid_pinpoints)
 
     @property
     def token_pixels(self) -> int:
@@ -69,13 +84,16 @@ def read_vision(config: dict, source: str, processor: dict | None = None) -> tup
     """(VisionSpec, the language model's config dict) from a VLM config.json; `processor` holds the processor
     defaults the catalog stores (min_pixels, max_pixels) from the model's preprocessor_config.json."""
     model_type = config.get("model_type")
-    if model_type not in _READERS:
+    from .vision_readers import READERS
+
+    readers = {**_READERS, **READERS}
+    if model_type not in readers:
         raise SourceError(f"{source}: vision-language model_type {shorten(model_type)} is not supported yet "
-                          f"(supported: {', '.join(sorted(_READERS))})")
+                          f"(supported: {', '.join(sorted(readers))})")
     vision_config = config.get("vision_config")
     if not isinstance(vision_config, dict):
         raise SourceError(f"{source}: vision_config must be a JSON object, got {shorten(vision_config)}")
-    return _READERS[model_type](config, vision_config, source, processor or {})
+    return readers[model_type](config, vision_config, source, processor or {})
 
 
 def _int(d: dict, key: str, source: str, default: int | None = None) -> int:
@@ -263,6 +281,14 @@ def parse_image_size(text: str) -> tuple[int, int]:
 def plan_images(vision: VisionSpec, image_size: str | None, images: int, min_pixels: int | None,
                 max_pixels: int | None, image_tokens: int | None) -> ImagePlan:
     """The tokens and patches of `images` images per sample, as the family's processor makes them."""
+    if vision.grid_pinpoints:
+        from .vision_tiles import plan_onevision
+
+        return plan_onevision(vision, image_size, images, min_pixels, max_pixels, image_tokens)
+    if vision.max_tiles:
+        from .vision_tiles import plan_internvl
+
+        return plan_internvl(vision, image_size, images, min_pixels, max_pixels, image_tokens)
     if vision.longest_edge:
         return _plan_tiles(vision, image_size, images, min_pixels, max_pixels, image_tokens)
     if vision.fixed_side:
@@ -384,3 +410,17 @@ def _plan_fixed(vision: VisionSpec, image_size: str | None, images: int, min_pix
                      how=f"{images} image(s) per sample, {size} to {vision.fixed_side}x{vision.fixed_side}"
                          + (f" in {crops} crops" if crops > 1 else "") + f": {per_crop * crops:,} tokens and "
                          f"{side * side * crops:,} tower patches each")
+
+
+def image_token_rule(vision: VisionSpec, min_pixels: int | None = None, max_pixels: int | None = None):
+    """(width, height) -> the tokens one image of that size becomes, under the processor's rule and the run's
+    pixel bounds (Qwen-VL only: the other families resize their own way). Raises ValueError as smart_resize does."""
+    lo, hi = (min_pixels, max_pixels) if vision.pixel_bounded else (None, None)
+
+    def tokens(width: int, height: int) -> int:
+        try:
+            return plan_images(vision, f"{width}x{height}", 1, lo, hi, None).tokens_per_image
+        except InvalidSetupError:
+            raise ValueError("each side must be 1 to 65536 pixels") from None
+    return tokens
+

@@ -23,6 +23,8 @@ from ..spec import ModelSpec
 from ..vision import ImagePlan, plan_images
 
 IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens")
+UNHOOKED_TOWERS = ("qwen3_vl",)
+CLS_TOWERS = ("llava", "internvl")       # towers with a class token and a projector outside the checkpoints
 PIXEL_BYTES = 4          # the image processors return float32 pixel_values (rescale + normalize in fp32)
 
 
@@ -58,7 +60,7 @@ def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
 
 
 def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: int,
-                 hidden_bytes: int) -> VisionParts:
+                 hidden_bytes: int, autocast: bool = False) -> VisionParts:
     vision = spec.vision
     try:
         plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
@@ -76,18 +78,32 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
         # The processor's pixel_attention_mask: int64, one per pixel of each tile (image_processing_smolvlm.py).
         pixel_bytes += setup.batch_size * plan.patches * vision.patch_size ** 2 * 8
     checkpoints = 0
-    if setup.grad_ckpt:
+    # transformers 5.25 modeling_qwen3_vl.py: Qwen3VLVisionModel sets no _input_embed_layer, so its
+    # get_input_embeddings raises NotImplementedError and enable_input_require_grads hooks nothing in the tower:
+    # the frozen tower stays out of the graph even under checkpointing (checked: tests/test_vision_more.py).
+    if setup.grad_ckpt and vision.family not in UNHOOKED_TOWERS:
         # transformers 5.24 modeling_utils.py gradient_checkpointing_enable calls enable_input_require_grads, which
         # hooks the input embeddings of every PreTrainedModel inside, the vision tower's patch embedding too: its
         # output requires grad, so even a frozen tower joins the graph, and each checkpointed vision block
         # (GradientCheckpointingLayer) keeps its input hidden states until backward.
         checkpoints = setup.batch_size * plan.patches * vision.depth * vision.hidden_size * hidden_bytes
-        if vision.family == "qwen2_5_vl":
+        if vision.family in CLS_TOWERS:
+            checkpoints += _cls_tower_extras(vision, setup.batch_size, plan, hidden_bytes, autocast)
+        elif vision.family in ("gemma3", "smolvlm", "llava_onevision"):
+            checkpoints += _siglip_extras(vision, setup.batch_size, plan, hidden_bytes, autocast)
+        if vision.family in CLS_TOWERS + ("gemma3", "smolvlm", "llava_onevision"):
+            # The language model's hooked embedding output is a leaf of its own here (the image features are
+            # scattered into a new tensor, the first layer's input): one more hidden state per LM token.
+            checkpoints += setup.batch_size * lm_len * vision.out_hidden_size * hidden_bytes
+        if vision.family in ("qwen2_5_vl", "qwen2_vl"):
             # The blocks' rotary cos and sin (fp32, head_dim per patch), passed to every checkpointed block.
             checkpoints += setup.batch_size * plan.patches * 2 * (vision.hidden_size // vision.num_heads) * 4
-            # The merger is not checkpointed (modeling_qwen2_5_vl.py Qwen2_5_VLPatchMerger): its RMSNorm saves the
-            # fp32 input and rsqrt, then Linear, GELU and Linear each save their input (4h per token = h per patch).
-            checkpoints += setup.batch_size * plan.patches * (vision.hidden_size * (4 + 3 * hidden_bytes) + 4)
+            # The merger is not checkpointed: Linear, GELU and Linear each save their input (4h per token = h per
+            # patch). Qwen2.5-VL's RMSNorm (modeling_qwen2_5_vl.py Qwen2_5_VLPatchMerger) saves the fp32 input and
+            # rsqrt; Qwen2-VL's LayerNorm (modeling_qwen2_vl.py PatchMerger ln_q) its input, mean and rstd (fp32).
+            norm = vision.hidden_size * 4 + 4 if vision.family == "qwen2_5_vl" else \
+                vision.hidden_size * hidden_bytes + 8
+            checkpoints += setup.batch_size * plan.patches * (3 * vision.hidden_size * hidden_bytes + norm)
     notes = (f"vision-language model: {plan.how}; the language model runs {setup.seq_len:,} text + "
              f"{plan.tokens:,} image tokens = {lm_len:,} per sample",
              f"vision tower ({vision.tower_params:,} params) and projector ({vision.projector_params:,}) frozen: "
@@ -97,6 +113,54 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
                   "hooks its patch embedding): each vision block keeps its input until backward",)
     return VisionParts(plan=plan, lm_setup=lm_setup, weight_bytes=vision.params * weight_bytes_per_param,
                        pixel_bytes=pixel_bytes, assumptions=notes, checkpoint_bytes=checkpoints)
+
+
+def _cls_tower_extras(vision, batch: int, plan: ImagePlan, hidden_bytes: int, autocast: bool) -> int:
+    """What a checkpointed CLIP (LLaVA) or InternViT (InternVL) tower keeps beyond one block input per patch
+    (measured on the trace's live tensors at the peak; transformers 5.25 modeling_clip.py, modeling_internvl.py):
+    - the class token: one more position per image or tile in every block's input;
+    - CLIP under autocast: pre_layrnorm returns fp32 (autocast runs layer_norm in fp32), and the residual stream
+      stays fp32 (fp32 + bf16 -> fp32), so its block inputs are fp32;
+    - the hooked patch embedding's output: enable_input_require_grads makes it a leaf that requires grad, held by
+      its AccumulateGrad node until backward;
+    - the projector, outside the checkpoints: frozen linears save no input, GELU saves its input (text hidden per
+      image token); InternVL's LayerNorm over 4h saves its input (fp32 under autocast) and mean and rstd."""
+    side = vision.fixed_side // vision.patch_size
+    per_image = plan.patches_per_image // (side * side)            # images or tiles
+    positions = batch * plan.images * (plan.patches_per_image + per_image)
+    block_bytes = 4 if (vision.family == "llava" and autocast) else hidden_bytes
+    extra = positions * vision.depth * vision.hidden_size * block_bytes - \
+        batch * plan.patches * vision.depth * vision.hidden_size * hidden_bytes
+    extra += batch * plan.patches * vision.hidden_size * hidden_bytes
+    tokens = batch * plan.tokens
+    extra += tokens * vision.out_hidden_size * hidden_bytes
+    if vision.family == "internvl":
+        merged = vision.hidden_size * vision.merge_size ** 2
+        extra += tokens * (merged * (4 if autocast else hidden_bytes) + 8)
+    return extra
+
+
+def _siglip_extras(vision, batch: int, plan: ImagePlan, hidden_bytes: int, autocast: bool) -> int:
+    """What a checkpointed SigLIP tower (Gemma 3, SmolVLM) keeps beyond one block input per patch (measured on
+    the trace's live tensors at the peak; transformers 5.25 modeling_siglip.py, modeling_gemma3.py,
+    modeling_smolvlm.py): post_layernorm, outside the checkpoints, saves its input (autocast casts it to fp32)
+    and fp32 mean and rstd. Gemma 3: the hooked patch embedding's Conv2d output, a leaf held by its AccumulateGrad
+    node; the projector's avg-pool input (the norm's output, fp32 under autocast) and the pooled tokens its RMSNorm
+    upcasts. SmolVLM: the tile's boolean patch-to-patch attention mask (patch_attention_mask expanded).
+    LLaVA-OneVision: see below."""
+    patches, h = batch * plan.patches, vision.hidden_size
+    if vision.family == "llava_onevision":
+        # The last block's output is the feature (no post_layernorm): the hooked patch embedding's output and the
+        # projector's GELU input, over every tile's patches (the padding is cut after the projector).
+        return patches * (h + vision.out_hidden_size) * hidden_bytes
+    norm_bytes = 4 if autocast else hidden_bytes
+    extra = patches * (h * norm_bytes + 8)
+    if vision.family == "gemma3":
+        extra += patches * h * (hidden_bytes + norm_bytes) + batch * plan.tokens * h * 4
+    else:
+        side = vision.fixed_side // vision.patch_size
+        extra += patches * side * side           # one byte per (patch, patch) pair of its tile
+    return extra
 
 
 def vision_levers(spec: ModelSpec, setup: TrainingSetup) -> list[tuple]:

@@ -1,4 +1,4 @@
-"""`memfit check CONFIG`: pre-flight a training config of axolotl, LLaMA-Factory, torchtune, TRL or mlx-lm."""
+"""`memfit check CONFIG`: pre-flight a training config of axolotl, LLaMA-Factory, torchtune, TRL, mlx-lm or ms-swift."""
 
 from .check import CheckResult, check_config
 

@@ -89,9 +89,11 @@ def check_config(path: str, hardware: Hardware | None = None, format_of: str | N
         raise type(exc)(one_line(f"{file}: {model_key}: {exc}")) from None
     except OSError as exc:           # a name the file system refuses (too long) while looking for a local model
         raise SourceError(f"{file}: {model_key}: cannot be looked up ({exc.strerror or exc})") from None
+    from .swift import apply_model
     from .vision import apply_to
 
     apply_to(mapped, spec)
+    apply_model(mapped, spec)
     if mapped.setup.get("shard") or mapped.setup.get("cp", 1) > 1:      # a layout over GPUs
         mapped.setup["gpus"] = gpus or 1
         mapped.defaults.append(f"{gpus or 1} GPU(s) per node (the launcher sets it; --gpus to change)")
@@ -146,8 +148,14 @@ def _dataset_check(mapped: Mapped, file: Path, spec, setup, tokenizer: str | Non
         return None
     from ..dataset import length_stats, token_lengths
 
-    lengths, layout = token_lengths(str(dataset), tok)
-    stats = length_stats(lengths, layout, setup.seq_len)
+    rule, counts = None, None
+    if spec is not None and getattr(spec, "vision", None) is not None:
+        from ..vision import image_token_rule
+
+        # The run's pixel bounds (the trainer's image keys, preflight/vision.py) bound each image's tokens.
+        rule, counts = image_token_rule(spec.vision, setup.min_pixels, setup.max_pixels), []
+    lengths, layout = token_lengths(str(dataset), tok, image_tokens=rule, image_counts=counts)
+    stats = length_stats(lengths, layout, setup.seq_len, counts)
     result.warnings += length_cautions(stats)
     return stats
 

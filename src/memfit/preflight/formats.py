@@ -1,4 +1,4 @@
-"""Training configs of five tools, read into a memfit setup, with each tool's own key names and defaults.
+"""Training configs of six tools (ms-swift's in swift.py), read into a memfit setup, with each tool's own key names and defaults.
 
 Each reader returns a Mapped: the model reference, the TrainingSetup arguments, which keys were used, which
 defaults were assumed (the tool's own, cited), which keys were ignored because they do not affect memory, notes
@@ -52,6 +52,11 @@ def field_keys(tool: str, **keys_in_file: str | None) -> dict[str, str]:
     return keys | {name: key for name, key in keys_in_file.items() if key}
 
 
+# ms-swift's arguments (swift/arguments/*.py) that, with `model` naming the model, tell its config apart.
+_SWIFT_KEYS = ("tuner_type", "train_type", "ENV", "quant_bits", "quant_method", "freeze_vit", "attn_impl",
+               "max_pixels", "per_device_train_batch_size", "max_length", "dataset")
+
+
 def detect_format(data: dict) -> str:
     if any(isinstance(v, dict) and "_component_" in v for v in data.values()):
         return "torchtune"
@@ -64,6 +69,8 @@ def detect_format(data: dict) -> str:
         return "llamafactory"
     if "fine_tune_type" in data or "lora_parameters" in data or ("model" in data and "iters" in data):
         return "mlx"
+    if "model" in data and "model_name_or_path" not in data and any(k in data for k in _SWIFT_KEYS):
+        return "ms-swift"       # ms-swift: the command's arguments, `model` names the model (preflight/swift.py)
     if "model_name_or_path" in data or "per_device_train_batch_size" in data:
         return "trl"
     raise InvalidSetupError("cannot tell which tool this config is for (axolotl, LLaMA-Factory, torchtune, "
@@ -166,6 +173,9 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
     read_deepspeed(r, setup)
     read_fsdp(r, setup)
     read_long_context(r, setup, keys)
+    from .vision import read_image_keys
+
+    read_image_keys(r, setup, keys)          # processor_kwargs.max_pixels / min_pixels, image_size
     read_trainer_keys("axolotl", r, setup, defaults, keys)   # dpo/kto/grpo/... (preflight/trainers.py)
     return _mapped(r, model, setup, defaults, keys, dataset, dataset_key)
 

@@ -23,9 +23,10 @@ Keys and defaults from modelscope/ms-swift@3602360 (4.6.0.dev0):
 
 from __future__ import annotations
 
+import math
 import shlex
 
-from ..errors import SourceError
+from ..errors import InvalidSetupError, SourceError
 from ..options import PEFT_METHODS
 from .reader import Reader, quant4, read_attention, read_deepspeed
 
@@ -79,6 +80,7 @@ def _scalar(word: str):
 
 def read_swift(data: dict, base_dir=None, lines=None):
     from .formats import _mapped, field_keys
+    from .vision import read_image_keys
 
     r = Reader(data, "ms-swift", base_dir, lines)
     model = r.text("model", what="a model name or path")
@@ -127,11 +129,14 @@ def read_swift(data: dict, base_dir=None, lines=None):
     accum = r.option("gradient_accumulation_steps", "grad_accum", None)
     if accum is not None:
         setup["grad_accum"] = accum
+    else:
+        # trainers/arguments.py:131 None -> ceil(16 / batch / world size) in _init_gradient_accumulation_steps
+        setup["grad_accum"] = max(1, math.ceil(16 / (setup["batch_size"] or 1)))
+        defaults.append(f"gradient_accumulation_steps not set: ms-swift's ceil(16 / batch / GPUs) = "
+                        f"{setup['grad_accum']} on one GPU")
     length = r.option("max_length", "seq_len", None)
-    if length is None:
-        r.problem("max_length", "not set: ms-swift then keeps the model's whole context (template_args.py:130), "
-                                "which sizes memory by the longest sample: give max_length")
-    setup["seq_len"] = length
+    if length is not None:
+        setup["seq_len"] = length     # not set: apply_model takes the model's max_model_len, as ms-swift does
     setup["grad_ckpt"] = r.flag("gradient_checkpointing", True)
     if method != "full":
         setup["lora_rank"] = r.option("lora_rank", "lora_rank", 8)
@@ -155,8 +160,51 @@ def read_swift(data: dict, base_dir=None, lines=None):
     keys = field_keys("ms-swift", batch_size="per_device_train_batch_size", seq_len="max_length",
                       grad_accum="gradient_accumulation_steps", grad_ckpt="gradient_checkpointing",
                       lora_rank="lora_rank", lora_targets="target_modules", method=tuner_key)
+    if r.has("freeze_vit") and not r.flag("freeze_vit", True):
+        r.note("key-not-honoured", "freeze_vit", "false trains the vision tower: memfit models it frozen (ms-swift's "
+                                                 "default freeze_vit true, tuner_args.py), so the estimate is low")
     _rlhf(r, setup, defaults, keys)
-    return _mapped(r, model, setup, defaults, keys, r.text("dataset", what="a dataset name"), "dataset")
+    read_image_keys(r, setup, keys)
+    dataset = _first_dataset(r)
+    return _mapped(r, model, setup, defaults, keys, dataset, "dataset" if dataset else None)
+
+
+def _first_dataset(r: Reader) -> str | None:
+    """The first dataset of `dataset` (a list or one string); ms-swift's '#N' suffix samples N rows."""
+    value = r.get("dataset")
+    first = value[0] if isinstance(value, list) and value else value
+    return (first.split("#")[0].strip() or None) if isinstance(first, str) else None
+
+
+def apply_model(mapped, spec) -> None:
+    """max_length not set: ms-swift takes the model's max_model_len (template_args.py:130). And a note where ms-swift
+    hooks a tower that transformers alone leaves out of the graph."""
+    if mapped.tool != "ms-swift":
+        return
+    if "seq_len" not in mapped.setup and not spec.max_positions:
+        raise InvalidSetupError("max_length: not set, and memfit does not know this model's context length, which "
+                                "ms-swift would then use (template_args.py:130): give max_length")
+    if "seq_len" not in mapped.setup:
+        mapped.setup["seq_len"] = spec.max_positions
+        mapped.defaults.append(f"max_length not set: ms-swift uses the model's max_model_len, "
+                               f"{spec.max_positions:,} tokens, and pads each batch to its longest sample (set "
+                               f"max_length, or give the dataset to size it by its longest row)")
+    vision = spec.vision
+    if vision is not None and vision.family == "qwen3_vl" and mapped.setup.get("grad_ckpt"):
+        from ..vision import plan_images
+
+        # swift/model/models/qwen.py Qwen2VLLoader.get_model (Qwen3VLLoader's too) patch_get_input_embeddings(
+        # visual, 'patch_embed'): enable_input_require_grads then hooks the tower, whose checkpointed blocks keep
+        # their inputs; physics/vision.py follows transformers, where Qwen3-VL's tower is not hooked.
+        try:
+            plan = plan_images(vision, mapped.setup.get("image_size"), mapped.setup.get("images_per_sample", 1),
+                               mapped.setup.get("min_pixels"), mapped.setup.get("max_pixels"), None)
+        except Exception:   # an image setting the estimate itself refuses, with its own message
+            return
+        missing = mapped.setup.get("batch_size", 1) * plan.patches * vision.depth * vision.hidden_size * 2
+        mapped.notes.append(("key-not-honoured", f"gradient_checkpointing: ms-swift hooks Qwen3-VL's patch embedding "
+                             f"(patch_get_input_embeddings), so the frozen tower keeps each block's input: about "
+                             f"{missing / 2**30:.2f} GiB more than this estimate, which follows transformers"))
 
 
 def _rlhf(r: Reader, setup: dict, defaults: list, keys: dict) -> None:

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
-from ..vision import plan_images
+from ..vision import parse_image_size, plan_images
 
 # The largest integer tensor computed for real: input_ids of a micro-batch (b x s), the window index over
 # patches. 64M elements (512 MiB of int64) is beyond any micro-batch memfit traces.
@@ -27,7 +27,15 @@ _CONSTANT_LIMIT = 1 << 26
 # (module, function) pairs whose integer work uses factory ops on data (transformers 5.24
 # modeling_qwen2_5_vl.py imports get_vision_window_index from vision_utils.py and calls it in
 # Qwen2_5_VisionTransformerPretrainedModel.forward).
-_DATA_HELPERS = {"qwen2_5_vl": [("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "get_vision_window_index")]}
+# Qwen3-VL resamples its learned position grid to each image's grid from grid_thw with linspace (vision_utils.py
+# get_vision_interpolation_indices_and_weights, imported by modeling_qwen3_vl.py).
+_DATA_HELPERS = {"qwen2_5_vl": [("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "get_vision_window_index")],
+                 "qwen3_vl": [("transformers.models.qwen3_vl.modeling_qwen3_vl",
+                               "get_vision_interpolation_indices_and_weights"),
+                              ("transformers.models.qwen3_vl.modeling_qwen3_vl", "Qwen3VLModel.get_rope_index")],
+                 # The M-RoPE positions are built from input_ids and mm_token_type_ids in Python loops ending in
+                 # torch.tensor(list): modeling_qwen2_vl.py Qwen2VLModel.get_rope_index.
+                 "qwen2_vl": [("transformers.models.qwen2_vl.modeling_qwen2_vl", "Qwen2VLModel.get_rope_index")]}
 
 
 def auto_class():
@@ -95,10 +103,13 @@ def fake_constants(spec: ModelSpec):
         return
     limit = fake_tensor.CONSTANT_NUMEL_LIMIT
     patched = []
-    for module_name, name in _DATA_HELPERS.get(spec.vision.family, []):
-        module = importlib.import_module(module_name)
-        patched.append((module, name, getattr(module, name)))
-        setattr(module, name, on_constants(getattr(module, name)))
+    for module_name, path in _DATA_HELPERS.get(spec.vision.family, []):
+        owner = importlib.import_module(module_name)
+        *classes, name = path.split(".")           # "Class.method": the method, patched on its class
+        for class_name in classes:
+            owner = getattr(owner, class_name)
+        patched.append((owner, name, owner.__dict__[name] if classes else getattr(owner, name)))
+        setattr(owner, name, on_constants(getattr(owner, name)))
     fake_tensor.CONSTANT_NUMEL_LIMIT = _CONSTANT_LIMIT
     try:
         yield
@@ -123,32 +134,57 @@ def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
     elif vision.family == "gemma3":
         # processing_gemma3.py: "\n\n" + <start_of_image> + 256 x <image_soft_token> + <end_of_image> + "\n\n".
         start, end = config.get("boi_token_index", 255999), config.get("eoi_token_index", 256000)
+    elif vision.family == "internvl":
+        # processing_internvl.py: <img> (151665) + 256 x <IMG_CONTEXT> per tile + </img> (151666).
+        start, end = 151665, 151666
+    elif vision.family in ("llava", "llava_onevision"):
+        start = end = None                 # processing_llava*.py: the <image> token repeated, nothing around
     else:
         start, end = config.get("vision_start_token_id", 151652), config.get("vision_end_token_id", 151653)
     row: list[int] = []
     for _ in range(plan.images):
-        row += [start] + [vision.image_token_id] * plan.tokens_per_image + [end]
+        run = [vision.image_token_id] * plan.tokens_per_image
+        row += run if start is None else [start] + run + [end]
     text = setup.seq_len + plan.tokens - len(row)
     if text < 0:
         raise ValueError(f"seq_len {setup.seq_len} leaves no room for the images' start/end tokens")
-    # Ordinary text ids, below every special token of these families (SmolVLM's start at 49152).
-    row += [(7 * k) % min(spec.vocab_size, 49152 - 10) + 10 for k in range(text)]
+    # Ordinary text ids, below every special token of these families (SmolVLM's start at 49152, LLaVA's <image>
+    # is 32000).
+    row += [(7 * k) % (min(spec.vocab_size, 49152, vision.image_token_id) - 10) + 10 for k in range(text)]
     ids = torch.tensor([row] * setup.batch_size)          # a constant: the model finds its image tokens in it
     images = setup.batch_size * plan.images
     if not images:
         return {"input_ids": ids, "labels": ids}           # --images-per-sample 0: a text-only batch
     if vision.family == "smolvlm":
         return {"input_ids": ids, "labels": ids, **_constant_pixels(vision, setup.batch_size, plan)}
-    if vision.family == "gemma3":
+    if vision.family == "llava_onevision":
+        # The processor's pixel_values [images, tiles, c, side, side] and image_sizes (height, width): the model
+        # picks each image's tiles and unpads its features from those sizes (modeling_llava_onevision.py
+        # get_image_features, pack_image_features), so image_sizes is a constant.
+        width, height = (parse_image_size(setup.image_size) if setup.image_size else
+                         max(((w, h) for h, w in vision.grid_pinpoints), key=lambda s: s[0] * s[1]))
+        tiles = plan.patches_per_image // (vision.fixed_side // vision.patch_size) ** 2
+        side = vision.fixed_side
+        pixels = torch.empty(images, tiles, vision.in_channels, side, side, dtype=torch.float32)
+        return {"input_ids": ids, "labels": ids, "pixel_values": pixels,
+                "image_sizes": torch.tensor([[height, width]] * images)}
+    if vision.family in ("gemma3", "llava", "internvl"):
         crops = plan.patches_per_image // (vision.fixed_side // vision.patch_size) ** 2
         side = vision.fixed_side
         pixels = torch.empty(images * crops, vision.in_channels, side, side, dtype=torch.float32)
+        if vision.family != "gemma3":
+            return {"input_ids": ids, "labels": ids, "pixel_values": pixels}
         # The processor's token_type_ids (1 on image tokens): Gemma 3 attends bidirectionally within an image.
         types = torch.tensor([[int(t == vision.image_token_id) for t in row]] * setup.batch_size)
         return {"input_ids": ids, "labels": ids, "pixel_values": pixels, "token_type_ids": types}
     grid = torch.tensor([[1, *plan.grid]] * images)
     pixels = torch.empty(setup.batch_size * plan.patches, vision.patch_values, dtype=torch.float32)
-    return {"input_ids": ids, "labels": ids, "pixel_values": pixels, "image_grid_thw": grid}
+    out = {"input_ids": ids, "labels": ids, "pixel_values": pixels, "image_grid_thw": grid}
+    if vision.family in ("qwen2_vl", "qwen3_vl"):
+        # processing_qwen2_vl.py return_mm_token_type_ids = True (Qwen3-VL's processor too): 1 on image tokens, which
+        # the model's M-RoPE position computation requires (modeling_qwen2_vl.py get_rope_index).
+        out["mm_token_type_ids"] = torch.tensor([[int(t == vision.image_token_id) for t in row]] * setup.batch_size)
+    return out
 
 
 def _constant_pixels(vision, batch: int, plan) -> dict:
