@@ -34,16 +34,45 @@ class VisionParts:
     pixel_bytes: int                  # the fp32 pixel values of one micro-batch
     assumptions: tuple[str, ...]
     checkpoint_bytes: int = 0         # a frozen tower's block inputs kept under gradient checkpointing
+    cross: dict | None = None         # Llama 3.2 Vision: physics/mllama.py's cross-attention terms
     notes = {"vision tower weights": "the vision tower and projector, frozen (no gradients, no saved activations)",
              "pixel values": "the processor's fp32 pixel values of the micro-batch's images",
-             "vision tower checkpoints": "each vision block's input, kept under gradient checkpointing"}
+             "vision tower checkpoints": "each vision block's input, kept under gradient checkpointing",
+             "cross-attention activations": "what the cross-attention layers keep beyond a Llama layer: vision-"
+                                            "length k/v (repeated per head), their LoRA inputs, the mask",
+             "vision outputs": "the tower's output, held by the model's outputs until the loss",
+             "vision tower forward": "the frozen tower's layer outputs and attention mask while it runs"}
 
     def add_to(self, phases: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """Every phase holds the tower's weights and the micro-batch's pixel values."""
         # The tower's checkpoints live until backward reaches the tower, after every LM layer: gone by the step.
+        if self.cross is not None:
+            return self._add_cross(phases)
         return {name: {**parts, "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes,
                        **({"vision tower checkpoints": self.checkpoint_bytes} if name != "optimizer step" else {})}
                 for name, parts in phases.items()}
+
+
+    def _add_cross(self, phases: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        """Mllama: the cross-attention layers' extra saves in forward and backward through the top layers; the
+        cache and the vision output only until the forward's outputs are dropped; the tower's own peak as a phase
+        of its own (nothing of the language model exists yet)."""
+        c = self.cross
+        out = {}
+        saved = c["per layer"] * c["layers"] + c["shared"]
+        for name, parts in phases.items():
+            parts = {**parts, "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes}
+            if name == "forward (end)":
+                parts["cross-attention activations"] = saved + c["cache"]
+                parts["vision outputs"] = c["vision output"]
+            elif name in ("cross-entropy backward", "layer backward (top)"):
+                parts["cross-attention activations"] = saved
+            out[name] = parts
+        out["vision tower forward"] = {**{k: v for k, v in phases["optimizer step"].items()
+                                          if k not in ("optimizer step temporaries", "gradients")},
+                                       "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes,
+                                       "vision tower forward": c["tower forward"]}
+        return out
 
 
 def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
@@ -58,7 +87,7 @@ def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
 
 
 def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: int,
-                 hidden_bytes: int) -> VisionParts:
+                 hidden_bytes: int, stack=None) -> VisionParts:
     vision = spec.vision
     try:
         plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
@@ -95,8 +124,21 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
     if checkpoints:
         notes += ("gradient checkpointing makes the frozen tower's output require grad (enable_input_require_grads "
                   "hooks its patch embedding): each vision block keeps its input until backward",)
+    cross = None
+    if vision.family == "mllama":
+        from . import mllama
+
+        checkpoints = 0
+        cross = mllama.cross_attention_saved(spec, lm_setup, stack, plan)
+        cross["vision output"] = mllama.vision_output_bytes(spec, lm_setup, stack, plan)
+        cross["tower forward"] = mllama.tower_forward_bytes(spec, lm_setup, stack, plan)
+        pixel_bytes += setup.batch_size * plan.images * (2 + vision.max_tiles) * 8     # aspect-ratio ids and mask
+        pixel_bytes += setup.batch_size * setup.seq_len * plan.images * vision.max_tiles * 8   # cross_attention_mask
+        notes = (f"vision-language model: {plan.how}",
+                 f"vision tower ({vision.tower_params:,} params) and projector ({vision.projector_params:,}) frozen: "
+                 f"weights only, no activations saved, no gradients")
     return VisionParts(plan=plan, lm_setup=lm_setup, weight_bytes=vision.params * weight_bytes_per_param,
-                       pixel_bytes=pixel_bytes, assumptions=notes, checkpoint_bytes=checkpoints)
+                       pixel_bytes=pixel_bytes, assumptions=notes, checkpoint_bytes=checkpoints, cross=cross)
 
 
 def vision_levers(spec: ModelSpec, setup: TrainingSetup) -> list[tuple]:

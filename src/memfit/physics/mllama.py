@@ -1,0 +1,99 @@
+"""Llama 3.2 Vision (mllama) in bytes: what its cross-attention layers and its two-stage tower add to the Llama
+walk of physics/activations.py (research/frontier.md §2.10).
+
+The language model is estimated as a Llama of all its layers (vision.py reads it so: a cross-attention layer has a
+Llama layer's q/k/v/o and MLP), over the text alone: the image reaches it through cross-attention, not as tokens.
+A cross-attention layer differs from a self-attention one in what autograd keeps (transformers 5.25
+models/mllama/modeling_mllama.py MllamaCrossAttentionDecoderLayer and MllamaTextCrossAttention, lines 396-480
+and 672-720), per sample, over V = images x tiles x 1601 vision tokens:
+- k_proj / v_proj read the projected vision states [V, h]: their LoRA branches save their input per module (the
+  walk's rule, on V tokens instead of s), and k_norm saves its fp32 input and rsqrt when k trains;
+- q_norm over head_dim saves its fp32 input and rsqrt (and its output when the weights train);
+- SDPA runs with the cross-attention mask, so transformers repeats k and v to every query head
+  (integrations/sdpa_attention.py use_gqa_in_sdpa, lines 42-51: GQA only without a mask) and SDPA saves those
+  [V, q_dim] copies, plus the mask [s, V] (one tensor shared by every cross layer);
+- use_cache defaults to True (MllamaTextConfig), so the DynamicCache made in forward keeps each layer's unrepeated
+  k and v [V, kv_dim] until the forward's outputs are dropped (the trace counts them to the loss);
+- the two tanh gates multiply trainable scalars: with the weights training they save the attention and MLP
+  outputs [s, h].
+The tower (frozen) saves nothing, but MllamaVisionModel.forward keeps every encoder layer's output
+(MllamaVisionEncoder returns them all; five feed the output) and the model's output keeps the vision output
+[images x tiles x 1601, vision_output_dim] alive until the loss is computed (MllamaModel returns image_outputs).
+Pure; no torch.
+"""
+
+from __future__ import annotations
+
+from ..setup import TrainingSetup
+from ..spec import ModelSpec
+from ..vision import ImagePlan
+from .activations import _Walk
+from .stack import Stack
+
+
+def _kv_lora_per_token(spec: ModelSpec, setup: TrainingSetup, stack: Stack, in_bytes: int) -> int:
+    """Bytes the LoRA branches of k_proj and v_proj save per token of their input (the walk's rule)."""
+    walk = _Walk(spec, setup, stack)
+    walk.lora({"k", "v"}, spec.hidden_size, in_bytes)
+    return walk.per_token
+
+
+def cross_attention_saved(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan: ImagePlan) -> dict[str, int]:
+    """{"per layer": what one cross-attention layer keeps beyond the Llama layer the walk counted for it (for the
+    whole micro-batch), "shared": what all cross layers share (mask, vision states), "cache": the k/v cache}."""
+    vision = spec.vision
+    b, s, v = setup.batch_size, setup.seq_len, plan.cross_tokens
+    h, qd, kvd, a, kvh = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.num_heads, spec.num_kv_heads
+    if not v:
+        return {"per layer": 0, "shared": 0, "cache": 0, "layers": 0}
+    cmp = 2 if stack.autocast else stack.compute_bytes
+    model_bytes = 4 if stack.weight_dtype == "fp32" else 2       # MllamaModel builds the mask in self.dtype
+    train = stack.base_trainable
+    per_layer = 0
+    # The LoRA branches on k/v read V vision tokens; the walk counted them on s text tokens.
+    per_layer += (v - s) * _kv_lora_per_token(spec, setup, stack, cmp)
+    # q_norm (over head_dim, per query head), on the text tokens.
+    per_layer += s * (4 * qd + 4 * a + (cmp * qd if train else 0))
+    # k_norm on the vision tokens, when k takes a gradient.
+    k_trains = train or any("k" in m.linear.parts for m in stack.lora_modules)
+    if k_trains:
+        per_layer += v * (4 * kvd + 4 * kvh + (cmp * kvd if train else 0))
+    if stack.attn == "eager":
+        # repeat_kv'd k and v (the matmuls' inputs) and the fp32 softmax plus its cast, over s x V scores.
+        per_layer += v * cmp * 2 * qd + s * v * a * (4 + (2 if cmp == 2 else 0))
+        per_layer -= s * cmp * 2 * qd + s * s * a * (4 + (2 if cmp == 2 else 0))
+        mask = 0
+    else:
+        k_self = qd if setup.padding else kvd
+        per_layer += v * cmp * 2 * qd - s * cmp * 2 * k_self
+        mask = s * v * model_bytes
+    if train:
+        per_layer += 2 * s * h * cmp                              # the gates' saved attention and MLP outputs
+    shared = mask + (v * h * cmp if train else 0)                 # mask; the vision states k/v_proj save
+    cache = 0 if setup.grad_ckpt else len(vision.cross_layers) * v * 2 * kvd * cmp
+    return {"per layer": b * per_layer, "shared": b * shared, "cache": b * cache, "layers": len(vision.cross_layers)}
+
+
+def vision_output_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan: ImagePlan) -> int:
+    """The tower's output [images, tiles, 1601, vision_output_dim], kept by the model's output until the loss: fp32
+    under autocast (the tower's LayerNorms return fp32 and the residual stream stays fp32), else the weights'."""
+    hidden_bytes = 4 if stack.autocast or stack.weight_dtype == "fp32" else 2
+    return setup.batch_size * plan.cross_tokens * spec.vision.output_dim * hidden_bytes
+
+
+def tower_forward_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan: ImagePlan) -> int:
+    """The frozen tower's peak in forward, at the end of its global encoder: every layer's output (both encoders
+    keep theirs in a tuple), the 4-D aspect-ratio attention mask, and the last layer's MLP intermediate."""
+    vision = spec.vision
+    hidden_bytes = 4 if stack.autocast or stack.weight_dtype == "fp32" else 2
+    model_bytes = 4 if stack.weight_dtype == "fp32" else 2
+    images = setup.batch_size * plan.images
+    tokens = vision.max_tiles * vision.padded_patches_per_tile        # per image, padded
+    states = (vision.depth + vision.global_layers) * images * tokens * vision.hidden_size * hidden_bytes
+    mask = images * tokens * tokens * model_bytes
+    mlp = images * tokens * vision.intermediate_size * 2 * cmp_bytes(stack)
+    return states + mask + mlp
+
+
+def cmp_bytes(stack: Stack) -> int:
+    return 2 if stack.autocast else stack.compute_bytes
