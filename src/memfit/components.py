@@ -54,7 +54,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("vision outputs", "allocated", "Llama 3.2 Vision: the tower's output, held by the model's outputs until "
          "the loss", "activations"),
     Kind("vision tower forward", "allocated", "Llama 3.2 Vision: the frozen tower's layer outputs and attention "
-         "mask while it runs (its own phase, before the language model)", "temporaries"),
+         "mask while it runs (its own phase, before the language model)", "activations"),
     Kind("embedding and head activations", "allocated", "embedding indices, final norm, lm_head input, labels",
          "activations"),
     Kind("logits and loss", "allocated", "the loss kernel's logits and cross-entropy buffers (HF: `logits.float()` "

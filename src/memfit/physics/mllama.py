@@ -45,7 +45,7 @@ def cross_attention_saved(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p
     b, s, v = setup.batch_size, setup.seq_len, plan.cross_tokens
     h, qd, kvd, a, kvh = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.num_heads, spec.num_kv_heads
     if not v:
-        return {"per layer": 0, "shared": 0, "cache": 0, "layers": 0}
+        return {"per layer": 0, "shared": 0, "cache": 0, "layers": 0, "in flight": 0}
     cmp = 2 if stack.autocast else stack.compute_bytes
     model_bytes = 4 if stack.weight_dtype == "fp32" else 2       # MllamaModel builds the mask in self.dtype
     train = stack.base_trainable
@@ -69,9 +69,21 @@ def cross_attention_saved(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p
         mask = s * v * model_bytes
     if train:
         per_layer += 2 * s * h * cmp                              # the gates' saved attention and MLP outputs
-    shared = mask + (v * h * cmp if train else 0)                 # mask; the vision states k/v_proj save
+    # Shared: the mask (SDPA saves it; checkpointed layers keep it as an input, as they keep the vision states),
+    # and the vision states when k_proj / v_proj train.
+    if setup.grad_ckpt:
+        mask = s * v * model_bytes
+    shared = mask + (v * h * cmp if train or setup.grad_ckpt else 0)
     cache = 0 if setup.grad_ckpt else len(vision.cross_layers) * v * 2 * kvd * cmp
-    return {"per layer": b * per_layer, "shared": b * shared, "cache": b * cache, "layers": len(vision.cross_layers)}
+    # The last cross-attention layer in forward, at its v_proj LoRA branch: its k and v_proj's base output exist,
+    # PEFT has cast the vision states to the adapter dtype (peft tuners/lora/layer.py _cast_input_dtype; an fp32
+    # copy while the branch runs) and autocast's copy for lora_A is saved; the vision states themselves are alive
+    # while MllamaModel.forward runs (its local cross_attention_states).
+    lora_kv = any({"k", "v"} & set(m.linear.parts) for m in stack.lora_modules)
+    cast = v * h * stack.adapter_bytes if lora_kv and stack.adapter_bytes != cmp else 0
+    in_flight = 2 * v * kvd * cmp + cast + v * _kv_lora_per_token(spec, setup, stack, cmp) + v * h * cmp
+    return {"per layer": b * per_layer, "shared": b * shared, "cache": b * cache, "layers": len(vision.cross_layers),
+            "in flight": b * in_flight}
 
 
 def vision_output_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan: ImagePlan) -> int:
@@ -91,9 +103,38 @@ def tower_forward_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, pla
     tokens = vision.max_tiles * vision.padded_patches_per_tile        # per image, padded
     states = (vision.depth + vision.global_layers) * images * tokens * vision.hidden_size * hidden_bytes
     mask = images * tokens * tokens * model_bytes
-    mlp = images * tokens * vision.intermediate_size * 2 * cmp_bytes(stack)
-    return states + mask + mlp
+    layer = images * tokens * vision.intermediate_size * 2 * cmp_bytes(stack)      # fc1 output and GELU output
+    if stack.attn == "eager":
+        # eager_attention_forward: the masked scores (compute dtype), then softmax(dtype=float32), which ATen runs
+        # on an fp32 copy of a bf16 input (aten/src/ATen/native/SoftMax.cpp softmax: only CUDA fp16 -> fp32 is
+        # fused): scores, their fp32 copy and the fp32 softmax at once.
+        fp16 = "fp16" in (stack.autocast_dtype, stack.weight_dtype)
+        per_score = cmp_bytes(stack) + 4 + (4 if cmp_bytes(stack) == 2 and not fp16 else 0)
+        layer = max(layer, images * vision.num_heads * tokens * tokens * per_score)
+    return states + mask + layer
 
 
 def cmp_bytes(stack: Stack) -> int:
     return 2 if stack.autocast else stack.compute_bytes
+
+
+def tower_saved_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan: ImagePlan) -> int:
+    """Under gradient checkpointing, enable_input_require_grads hooks the tower's patch embedding too
+    (MllamaVisionModel.get_input_embeddings), so the frozen tower's output requires grad; its encoder layers are
+    plain nn.Modules (MllamaVisionEncoderLayer, not GradientCheckpointingLayer: nothing is checkpointed), so every
+    layer keeps what autograd saves for a frozen layer whose input needs a gradient, per padded token:
+    the two LayerNorms' inputs (the residual stream: fp32 under autocast) with mean and rstd, SDPA's q, k, v, out
+    and fp32 logsumexp per head, and GELU's input (fc1's output); the frozen Linears save nothing. Once: the
+    aspect-ratio attention mask SDPA keeps, and the patch embedding's output."""
+    vision = spec.vision
+    h, i, a = vision.hidden_size, vision.intermediate_size, vision.num_heads
+    hidden_bytes = 4 if stack.autocast or stack.weight_dtype == "fp32" else 2
+    model_bytes = 4 if stack.weight_dtype == "fp32" else 2
+    cmp = cmp_bytes(stack)
+    images = setup.batch_size * plan.images
+    tokens = vision.max_tiles * vision.padded_patches_per_tile
+    per_token = 2 * (h * hidden_bytes + 8) + 4 * h * cmp + 4 * a + i * cmp
+    layers = (vision.depth + vision.global_layers) * images * tokens * per_token
+    mask = images * tokens * tokens * model_bytes
+    patch_embeds = images * vision.max_tiles * (vision.fixed_side // vision.patch_size) ** 2 * h * model_bytes
+    return layers + mask + patch_embeds

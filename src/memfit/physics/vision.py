@@ -22,6 +22,8 @@ from ..setup import TrainingSetup
 from ..spec import ModelSpec
 from ..vision import ImagePlan, plan_images
 
+LOAD_PHASE = "model load"
+
 IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens")
 PIXEL_BYTES = 4          # the image processors return float32 pixel_values (rescale + normalize in fp32)
 
@@ -59,7 +61,9 @@ class VisionParts:
         of its own (nothing of the language model exists yet)."""
         c = self.cross
         out = {}
-        saved = c["per layer"] * c["layers"] + c["shared"]
+        # Under checkpointing each cross layer keeps only its inputs (the shared mask and vision states); one is
+        # rebuilt at a time in backward.
+        saved = c["per layer"] * (1 if c["ckpt"] else c["layers"]) + c["shared"]
         for name, parts in phases.items():
             parts = {**parts, "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes}
             if name == "forward (end)":
@@ -67,7 +71,17 @@ class VisionParts:
                 parts["vision outputs"] = c["vision output"]
             elif name in ("cross-entropy backward", "layer backward (top)"):
                 parts["cross-attention activations"] = saved
+            if name not in ("optimizer step", LOAD_PHASE):
+                parts["vision tower checkpoints"] = self.checkpoint_bytes
             out[name] = parts
+        # The last cross-attention layer in forward (before the logits): the layers below it have saved theirs,
+        # the tower's output is still held, and the layer's own vision-length tensors are in flight.
+        if not c["layers"]:
+            return out                      # a text-only batch: the cross-attention layers are skipped
+        below = 0 if c["ckpt"] else (c["layers"] - 1) * (c["per layer"] + c["cache"] // c["layers"])
+        out["cross-attention forward"] = {**out["forward (end)"], "logits and loss": 0,
+                                          "embedding and head activations": 0,
+                                          "cross-attention activations": below + c["shared"] + c["in flight"]}
         out["vision tower forward"] = {**{k: v for k, v in phases["optimizer step"].items()
                                           if k not in ("optimizer step temporaries", "gradients")},
                                        "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes,
@@ -128,8 +142,9 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
     if vision.family == "mllama":
         from . import mllama
 
-        checkpoints = 0
+        checkpoints = mllama.tower_saved_bytes(spec, lm_setup, stack, plan) if setup.grad_ckpt else 0
         cross = mllama.cross_attention_saved(spec, lm_setup, stack, plan)
+        cross["ckpt"] = setup.grad_ckpt
         cross["vision output"] = mllama.vision_output_bytes(spec, lm_setup, stack, plan)
         cross["tower forward"] = mllama.tower_forward_bytes(spec, lm_setup, stack, plan)
         pixel_bytes += setup.batch_size * plan.images * (2 + vision.max_tiles) * 8     # aspect-ratio ids and mask
