@@ -56,6 +56,17 @@ VLM_CELLS = [
     ("smolvlm2-500m", dict(method="full", batch_size=2, seq_len=512)),
     ("smolvlm2-500m", dict(method="lora", batch_size=1, seq_len=512, images_per_sample=3, grad_ckpt=True)),
     ("smolvlm2-500m", dict(method="qlora", batch_size=4, seq_len=256, image_size="640x480")),
+    # Llama 3.2 Vision: cross-attention to 4 x 1601 vision tokens per image; the tower joins the graph under
+    # checkpointing (QLoRA's default), and its eager attention is the forward's peak.
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=256)),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=2, seq_len=512, images_per_sample=2)),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=128, images_per_sample=6)),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=512, images_per_sample=2, grad_ckpt=True)),
+    ("llama-3.2-11b-vision", dict(method="qlora", batch_size=1, seq_len=1024, image_size="1280x720")),
+    ("llama-3.2-11b-vision", dict(method="full", batch_size=1, seq_len=256)),
+    ("llama-3.2-11b-vision", dict(method="full", batch_size=1, seq_len=512, grad_ckpt=True)),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=256, attn="eager")),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=2048, image_tokens=6404)),
 ]
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 # (Small vocabularies: the trace's time goes into the logits. qwen2.5-0.5b and gemma-3-1b were checked by hand.)
@@ -274,6 +285,8 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=90.0)
     parser.add_argument("--peft-only", action="store_true",
                         help="trace only the PEFT-method cells and merge them into the saved results")
+    parser.add_argument("--vlm-model", default=None,
+                        help="with --vlm: trace only this model's cells and merge them into the saved results")
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite the markdown from the saved JSON results without tracing again")
     parser.add_argument("--fail-over", type=float, default=None,
@@ -284,6 +297,11 @@ def main() -> None:
             "accuracy_vs_trace_quick" if args.quick else "accuracy_vs_trace")
     if args.render_only:
         report = json.loads((RESULTS / f"{name}.json").read_text())
+    elif args.vlm and args.vlm_model:
+        # Re-trace one VLM's cells and replace its rows in the saved results (the other models' are unchanged).
+        fresh = run(False, args.max_minutes, cells=[c for c in VLM_CELLS if c[0] == args.vlm_model])["rows"]
+        kept = [r for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"] if r["model"] != args.vlm_model]
+        report = {"rows": kept + fresh, "summary": summarize(kept + fresh)}
     elif args.peft_only:
         # Trace the PEFT-method cells only and replace those rows in the saved results (the other cells are
         # unchanged by the adapter physics).
