@@ -151,7 +151,9 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
         pixel_bytes += setup.batch_size * setup.seq_len * plan.images * vision.max_tiles * 8   # cross_attention_mask
         notes = (f"vision-language model: {plan.how}",
                  f"vision tower ({vision.tower_params:,} params) and projector ({vision.projector_params:,}) frozen: "
-                 f"weights only, no activations saved, no gradients")
+                 f"no gradients" + (": under gradient checkpointing enable_input_require_grads hooks its patch "
+                                    "embedding, and its layers (not checkpointed in transformers) keep all they "
+                                    "save for backward" if checkpoints else ", no activations saved"))
     return VisionParts(plan=plan, lm_setup=lm_setup, weight_bytes=vision.params * weight_bytes_per_param,
                        pixel_bytes=pixel_bytes, assumptions=notes, checkpoint_bytes=checkpoints, cross=cross)
 
