@@ -28,7 +28,9 @@ def read_image_keys(r: Reader, setup: dict, keys: dict) -> None:
 def apply_to(mapped: Mapped, spec) -> None:
     """With the model known: a VLM takes the tool's defaults for keys not set; a text model drops them."""
     table = IMAGE_KEYS.get(mapped.tool, {})
-    if spec.vision is None:
+    # Pixel bounds steer Qwen-VL's dynamic resize only (its processor has max_pixels); Gemma 3, SmolVLM and
+    # Llama 3.2 Vision resize to fixed tiles whatever the tool hands them, so the keys do not affect memory.
+    if spec.vision is None or not spec.vision.max_pixels:
         for name, (key, _) in table.items():
             if mapped.setup.pop(name, None) is not None:
                 mapped.ignored.append(key)
