@@ -67,6 +67,8 @@ VLM_CELLS = [
     ("llama-3.2-11b-vision", dict(method="full", batch_size=1, seq_len=512, grad_ckpt=True)),
     ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=256, attn="eager")),
     ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=2048, image_tokens=6404)),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=2, seq_len=1024, lora_targets="all-linear",
+                                  grad_ckpt=True)),
 ]
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 # (Small vocabularies: the trace's time goes into the logits. qwen2.5-0.5b and gemma-3-1b were checked by hand.)

@@ -125,7 +125,7 @@ def tower_saved_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan:
     layer keeps what autograd saves for a frozen layer whose input needs a gradient, per padded token:
     the two LayerNorms' inputs (the residual stream: fp32 under autocast) with mean and rstd, SDPA's q, k, v, out
     and fp32 logsumexp per head, and GELU's input (fc1's output); the frozen Linears save nothing. Once: the
-    aspect-ratio attention mask SDPA keeps, and the patch embedding's output."""
+    aspect-ratio attention mask SDPA keeps, the patch embedding's output and the inputs of the outer LayerNorms."""
     vision = spec.vision
     h, i, a = vision.hidden_size, vision.intermediate_size, vision.num_heads
     hidden_bytes = 4 if stack.autocast or stack.weight_dtype == "fp32" else 2
@@ -137,4 +137,8 @@ def tower_saved_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan:
     layers = (vision.depth + vision.global_layers) * images * tokens * per_token
     mask = images * tokens * tokens * model_bytes
     patch_embeds = images * vision.max_tiles * (vision.fixed_side // vision.patch_size) ** 2 * h * model_bytes
-    return layers + mask + patch_embeds
+    # layernorm_pre saves its input (fp32 under autocast) before the padding to a multiple of 8; layernorm_post
+    # saves the last local layer's output, which no later layer saves.
+    outer_norms = images * vision.max_tiles * (vision.patches_per_tile + vision.padded_patches_per_tile) * h * \
+        hidden_bytes
+    return layers + mask + patch_embeds + outer_norms

@@ -63,14 +63,16 @@ class VisionParts:
         out = {}
         # Under checkpointing each cross layer keeps only its inputs (the shared mask and vision states); one is
         # rebuilt at a time in backward.
-        saved = c["per layer"] * (1 if c["ckpt"] else c["layers"]) + c["shared"]
+        saved = c["per layer"] * (0 if c["ckpt"] else c["layers"]) + c["shared"]
         for name, parts in phases.items():
             parts = {**parts, "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes}
             if name == "forward (end)":
                 parts["cross-attention activations"] = saved + c["cache"]
                 parts["vision outputs"] = c["vision output"]
-            elif name in ("cross-entropy backward", "layer backward (top)"):
+            elif name == "cross-entropy backward":
                 parts["cross-attention activations"] = saved
+            elif name == "layer backward (top)":
+                parts["cross-attention activations"] = saved + (c["per layer"] if c["ckpt"] else 0)
             if name not in ("optimizer step", LOAD_PHASE):
                 parts["vision tower checkpoints"] = self.checkpoint_bytes
             out[name] = parts
