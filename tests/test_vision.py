@@ -309,13 +309,16 @@ def _tiny_mllama() -> ModelSpec:
 @pytest.mark.parametrize("kw", [dict(method="lora", images_per_sample=2), dict(method="full", batch_size=2),
                                 dict(method="qlora")], ids=["lora-2-images", "full", "qlora-checkpointed"])
 def test_mllama_matches_trace(kw):
-    """The real Mllama classes on fake tensors. The cross-attention terms are 4-14% of these peaks: without them
-    (or with image tokens added to the text) the estimate misses by more than the 1% allowed."""
+    """The real Mllama classes on fake tensors. Mllama's own terms (cross-attention saves, the vision output, the
+    checkpointed run's tower activations) are over 4% of these peaks: without them (or with image tokens added to
+    the text) the estimate misses by more than the 1% allowed."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
     from memfit.trace import trace
 
     spec, setup = _tiny_mllama(), TrainingSetup.from_recipe(recipe="hf", seq_len=128, **kw)
     measured, predicted = trace(spec, setup), estimate(spec, setup)
-    assert predicted.component("cross-attention activations") > 0.04 * predicted.peak_allocated_bytes
+    own = sum(predicted.component(name) for name in ("cross-attention activations", "vision outputs",
+                                                     "vision tower checkpoints"))
+    assert own > 0.04 * predicted.peak_allocated_bytes
     assert abs(predicted.peak_allocated_bytes / measured.peak_allocated_bytes - 1) < 0.01

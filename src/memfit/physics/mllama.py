@@ -31,6 +31,14 @@ from .activations import _Walk
 from .stack import Stack
 
 
+def _dtype_bytes(stack: Stack) -> tuple[int, int, int]:
+    """(compute, hidden, model) bytes: what matmuls return (bf16 under autocast); the towers' residual stream
+    (fp32 under autocast: its LayerNorms return fp32); the model's own dtype (masks are built in self.dtype)."""
+    compute = 2 if stack.autocast else stack.compute_bytes
+    hidden = 4 if stack.autocast or stack.weight_dtype == "fp32" else 2
+    return compute, hidden, 4 if stack.weight_dtype == "fp32" else 2
+
+
 def _kv_lora_per_token(spec: ModelSpec, setup: TrainingSetup, stack: Stack, in_bytes: int) -> int:
     """Bytes the LoRA branches of k_proj and v_proj save per token of their input (the walk's rule)."""
     walk = _Walk(spec, setup, stack)
@@ -46,8 +54,7 @@ def cross_attention_saved(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p
     h, qd, kvd, a, kvh = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.num_heads, spec.num_kv_heads
     if not v:
         return {"per layer": 0, "shared": 0, "cache": 0, "layers": 0, "in flight": 0}
-    cmp = 2 if stack.autocast else stack.compute_bytes
-    model_bytes = 4 if stack.weight_dtype == "fp32" else 2       # MllamaModel builds the mask in self.dtype
+    cmp, _, model_bytes = _dtype_bytes(stack)
     train = stack.base_trainable
     per_layer = 0
     # The LoRA branches on k/v read V vision tokens; the walk counted them on s text tokens.
@@ -89,7 +96,7 @@ def cross_attention_saved(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p
 def vision_output_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan: ImagePlan) -> int:
     """The tower's output [images, tiles, 1601, vision_output_dim], kept by the model's output until the loss: fp32
     under autocast (the tower's LayerNorms return fp32 and the residual stream stays fp32), else the weights'."""
-    hidden_bytes = 4 if stack.autocast or stack.weight_dtype == "fp32" else 2
+    hidden_bytes = _dtype_bytes(stack)[1]
     return setup.batch_size * plan.cross_tokens * spec.vision.output_dim * hidden_bytes
 
 
@@ -97,25 +104,20 @@ def tower_forward_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, pla
     """The frozen tower's peak in forward, at the end of its global encoder: every layer's output (both encoders
     keep theirs in a tuple), the 4-D aspect-ratio attention mask, and the last layer's MLP intermediate."""
     vision = spec.vision
-    hidden_bytes = 4 if stack.autocast or stack.weight_dtype == "fp32" else 2
-    model_bytes = 4 if stack.weight_dtype == "fp32" else 2
+    cmp, hidden_bytes, model_bytes = _dtype_bytes(stack)
     images = setup.batch_size * plan.images
     tokens = vision.max_tiles * vision.padded_patches_per_tile        # per image, padded
     states = (vision.depth + vision.global_layers) * images * tokens * vision.hidden_size * hidden_bytes
     mask = images * tokens * tokens * model_bytes
-    layer = images * tokens * vision.intermediate_size * 2 * cmp_bytes(stack)      # fc1 output and GELU output
+    layer = images * tokens * vision.intermediate_size * 2 * cmp      # fc1 output and GELU output
     if stack.attn == "eager":
         # eager_attention_forward: the masked scores (compute dtype), then softmax(dtype=float32), which ATen runs
         # on an fp32 copy of a bf16 input (aten/src/ATen/native/SoftMax.cpp softmax: only CUDA fp16 -> fp32 is
         # fused): scores, their fp32 copy and the fp32 softmax at once.
         fp16 = "fp16" in (stack.autocast_dtype, stack.weight_dtype)
-        per_score = cmp_bytes(stack) + 4 + (4 if cmp_bytes(stack) == 2 and not fp16 else 0)
+        per_score = cmp + 4 + (4 if cmp == 2 and not fp16 else 0)
         layer = max(layer, images * vision.num_heads * tokens * tokens * per_score)
     return states + mask + layer
-
-
-def cmp_bytes(stack: Stack) -> int:
-    return 2 if stack.autocast else stack.compute_bytes
 
 
 def tower_saved_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan: ImagePlan) -> int:
@@ -128,9 +130,7 @@ def tower_saved_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan:
     aspect-ratio attention mask SDPA keeps, the patch embedding's output and the inputs of the outer LayerNorms."""
     vision = spec.vision
     h, i, a = vision.hidden_size, vision.intermediate_size, vision.num_heads
-    hidden_bytes = 4 if stack.autocast or stack.weight_dtype == "fp32" else 2
-    model_bytes = 4 if stack.weight_dtype == "fp32" else 2
-    cmp = cmp_bytes(stack)
+    cmp, hidden_bytes, model_bytes = _dtype_bytes(stack)
     images = setup.batch_size * plan.images
     tokens = vision.max_tiles * vision.padded_patches_per_tile
     per_token = 2 * (h * hidden_bytes + 8) + 4 * h * cmp + 4 * a + i * cmp
