@@ -187,6 +187,11 @@ def test_llamafactory_image_keys(tmp_path):
     text.write_text(base.format("Qwen/Qwen2.5-0.5B") + "image_max_pixels: 262144\n")
     result = check_config(str(text))
     assert result.setup.max_pixels is None and "image_max_pixels" in result.mapped.ignored
+    # Fixed-tile VLMs resize whatever LLaMA-Factory hands them: its pixel bounds are set aside, not refused.
+    for model in ("meta-llama/Llama-3.2-11B-Vision-Instruct", "google/gemma-3-4b-it"):
+        vlm.write_text(base.format(model) + "image_max_pixels: 262144\n")
+        result = check_config(str(vlm))
+        assert result.setup.max_pixels is None and "image_max_pixels" in result.mapped.ignored
 
 
 @pytest.mark.parametrize("width,height", [(1280, 720), (400, 300), (512, 512), (3000, 200), (200, 3000), (1000, 1001)])
