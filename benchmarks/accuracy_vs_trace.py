@@ -69,6 +69,8 @@ VLM_CELLS = [
     ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=2048, image_tokens=6404)),
     ("llama-3.2-11b-vision", dict(method="lora", batch_size=2, seq_len=1024, lora_targets="all-linear",
                                   grad_ckpt=True)),
+    ("llama-3.2-90b-vision", dict(method="lora", batch_size=1, seq_len=512, images_per_sample=2)),
+    ("llama-3.2-90b-vision", dict(method="qlora", batch_size=1, seq_len=1024)),
 ]
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 # (Small vocabularies: the trace's time goes into the logits. qwen2.5-0.5b and gemma-3-1b were checked by hand.)

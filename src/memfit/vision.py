@@ -9,6 +9,9 @@ so the language model goes through the same ``ModelSpec`` path as any text model
 - Qwen2/2.5-VL: ``smart_resize`` to multiples of patch x merge (28 px) inside [min_pixels, max_pixels]; one
   token per 28 x 28 block, the tower sees 4 patches (14 x 14) per token
   (transformers 5.24 models/qwen2_vl/image_processing_qwen2_vl.py smart_resize, lines 63-89).
+- Gemma 3: a fixed 256 tokens per image or pan-and-scan crop; SmolVLM: 512 px tiles plus a global one.
+- Llama 3.2 Vision (mllama): no image tokens in the text beyond one <|image|> each; every image is padded to
+  max_tiles tiles, and the language model's cross-attention layers attend to tiles x 1601 vision tokens.
 Pure: no torch.
 """
 
