@@ -115,8 +115,8 @@ KNOWN_GAPS = """## Known gaps and their causes
   unrepeated ones until the loss. Under gradient checkpointing (QLoRA's default) the hooked patch embedding puts the
   frozen tower in the graph, and its layers are not checkpointed: about 6.6 GB of saved activations per image for
   the 11B, the largest term of a short-text QLoRA run. Its eager attention (`--attn eager`) makes the tower's
-  forward the peak (bf16 scores plus softmax's fp32 copy and result over 6432^2 per head). Not modelled: the
-  tower's own backward under checkpointing (full fine-tuning, -0.4%).
+  forward the peak (bf16 scores plus softmax's fp32 copy and result over 6432^2 per head); under checkpointing
+  with full fine-tuning, the tower's own backward (its output's gradient, fp32) over every gradient is the peak.
 - **PEFT methods other than LoRA** (`--method dora`, `ia3`, `prefix`, ...; physics/adapters.py) match the trace
   like LoRA does. Against the PEFT method comparison (MMQA rows, Llama-3.2-3B on an L40S) they sit where that
   source's LoRA rows sit, a few percent over: the published figure is the maximum reserved over the whole run,

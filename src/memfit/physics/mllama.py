@@ -142,3 +142,14 @@ def tower_saved_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan:
     outer_norms = images * vision.max_tiles * (vision.patches_per_tile + vision.padded_patches_per_tile) * h * \
         hidden_bytes
     return layers + mask + patch_embeds + outer_norms
+
+
+def tower_backward_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack, plan: ImagePlan) -> int:
+    """When the tower is in the graph (checkpointing), its backward starts from the gradient of its output
+    [tiles x 1601, vision_output_dim] and splits it (MllamaVisionModel.forward's torch.cat, after slicing the padding
+    off) into the gradients of the padded final and intermediate states [tiles x 1608, vision_output_dim]: both in
+    the residual stream's dtype, alive together while every language-model gradient exists."""
+    vision = spec.vision
+    images = setup.batch_size * plan.images
+    per_image = vision.max_tiles * (vision.patches_per_tile + vision.padded_patches_per_tile) * vision.output_dim
+    return images * per_image * _dtype_bytes(stack)[1]

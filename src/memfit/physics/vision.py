@@ -84,6 +84,16 @@ class VisionParts:
         out["cross-attention forward"] = {**out["forward (end)"], "logits and loss": 0,
                                           "embedding and head activations": 0,
                                           "cross-attention activations": below + c["shared"] + c["in flight"]}
+        if c["tower backward"]:
+            # The tower's backward (it joined the graph): after the language model's, every gradient exists.
+            last = phases.get("embedding backward") or phases["layer backward (top)"]
+            keep = ("activations", "checkpoints", "recomputed layer", "embedding and head activations",
+                    "autocast weight copies", "backward temporaries")
+            out["vision tower backward"] = {**{k: v for k, v in last.items() if k not in keep},
+                                            "vision tower weights": self.weight_bytes,
+                                            "pixel values": self.pixel_bytes,
+                                            "vision tower checkpoints": self.checkpoint_bytes,
+                                            "backward temporaries": c["tower backward"]}
         out["vision tower forward"] = {**{k: v for k, v in phases["optimizer step"].items()
                                           if k not in ("optimizer step temporaries", "gradients")},
                                        "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes,
@@ -147,6 +157,7 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
         checkpoints = mllama.tower_saved_bytes(spec, lm_setup, stack, plan) if setup.grad_ckpt else 0
         cross = mllama.cross_attention_saved(spec, lm_setup, stack, plan)
         cross["ckpt"] = setup.grad_ckpt
+        cross["tower backward"] = mllama.tower_backward_bytes(spec, lm_setup, stack, plan) if checkpoints else 0
         cross["vision output"] = mllama.vision_output_bytes(spec, lm_setup, stack, plan)
         cross["tower forward"] = mllama.tower_forward_bytes(spec, lm_setup, stack, plan)
         pixel_bytes += setup.batch_size * plan.images * (2 + vision.max_tiles) * 8     # aspect-ratio ids and mask
