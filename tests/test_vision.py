@@ -327,3 +327,15 @@ def test_mllama_matches_trace(kw):
                                                      "vision tower checkpoints"))
     assert own > 0.04 * predicted.peak_allocated_bytes
     assert abs(predicted.peak_allocated_bytes / measured.peak_allocated_bytes - 1) < 0.01
+
+
+def test_mllama_text_only_batch_skips_cross_layers():
+    """Without images MllamaTextModel skips its cross-attention layers: only the self-attention layers save."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from memfit.trace import trace
+
+    spec, setup = _tiny_mllama(), TrainingSetup.from_recipe(recipe="hf", seq_len=256, method="lora",
+                                                            images_per_sample=0)
+    measured, predicted = trace(spec, setup), estimate(spec, setup)
+    assert abs(predicted.peak_allocated_bytes / measured.peak_allocated_bytes - 1) < 0.01

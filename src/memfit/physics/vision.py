@@ -37,6 +37,8 @@ class VisionParts:
     assumptions: tuple[str, ...]
     checkpoint_bytes: int = 0         # a frozen tower's block inputs kept under gradient checkpointing
     cross: dict | None = None         # Llama 3.2 Vision: physics/mllama.py's cross-attention terms
+    text_layers: int = 0              # Llama 3.2 Vision: the language model's layers, cross-attention ones included
+    cross_layers: tuple[int, ...] = ()
     notes = {"vision tower weights": "the vision tower and projector, frozen (no gradients, no saved activations)",
              "pixel values": "the processor's fp32 pixel values of the micro-batch's images",
              "vision tower checkpoints": "each vision block's input, kept under gradient checkpointing",
@@ -79,7 +81,14 @@ class VisionParts:
         # The last cross-attention layer in forward (before the logits): the layers below it have saved theirs,
         # the tower's output is still held, and the layer's own vision-length tensors are in flight.
         if not c["layers"]:
-            return out                      # a text-only batch: the cross-attention layers are skipped
+            # A text-only batch: MllamaTextModel skips the cross-attention layers (no vision states, no cache), so
+            # only the self-attention layers save activations or keep checkpoints.
+            total = self.text_layers
+            for name, parts in out.items():
+                for key in ("activations", "checkpoints"):
+                    if key in parts and name != "layer backward (bottom)":
+                        parts[key] = parts[key] * (total - len(self.cross_layers)) // total
+            return out
         below = 0 if c["ckpt"] else (c["layers"] - 1) * (c["per layer"] + c["cache"] // c["layers"])
         out["cross-attention forward"] = {**out["forward (end)"], "logits and loss": 0,
                                           "embedding and head activations": 0,
@@ -168,7 +177,8 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
                                     "embedding, and its layers (not checkpointed in transformers) keep all they "
                                     "save for backward" if checkpoints else ", no activations saved"))
     return VisionParts(plan=plan, lm_setup=lm_setup, weight_bytes=vision.params * weight_bytes_per_param,
-                       pixel_bytes=pixel_bytes, assumptions=notes, checkpoint_bytes=checkpoints, cross=cross)
+                       pixel_bytes=pixel_bytes, assumptions=notes, checkpoint_bytes=checkpoints, cross=cross,
+                       text_layers=spec.num_layers, cross_layers=vision.cross_layers)
 
 
 def vision_levers(spec: ModelSpec, setup: TrainingSetup) -> list[tuple]:
