@@ -46,7 +46,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("recomputed layer", "allocated", "with gradient checkpointing: one layer's activations rebuilt in "
          "backward", "activations"),
     Kind("vision tower checkpoints", "allocated", "a VLM under gradient checkpointing: the frozen tower's blocks "
-         "join the graph (enable_input_require_grads hooks the patch embedding) and keep their inputs",
+         "join the graph (enable_input_require_grads hooks the patch embedding) and keep their inputs (Llama 3.2 "
+         "Vision's layers are not checkpointed: all they save)",
          "activations"),
     Kind("cross-attention activations", "allocated", "Llama 3.2 Vision: what its cross-attention layers keep "
          "beyond a Llama layer (vision-length k/v repeated per head, their LoRA inputs, the cross-attention mask)",
