@@ -113,7 +113,7 @@ KNOWN_GAPS = """## Known gaps and their causes
   size). What those layers keep comes from the cross-attention mask: with a mask transformers repeats k and v to
   every query head for SDPA, so each layer saves [V, q_dim] k and v, and the default use_cache keeps the
   unrepeated ones until the loss. Under gradient checkpointing (QLoRA's default) the hooked patch embedding puts the
-  frozen tower in the graph, and its layers are not checkpointed: about 6.6 GB of saved activations per image for
+  frozen tower in the graph, and its layers are not checkpointed: about 8.1 GB of saved activations per image for
   the 11B, the largest term of a short-text QLoRA run. Its eager attention (`--attn eager`) makes the tower's
   forward the peak (bf16 scores plus softmax's fp32 copy and result over 6432^2 per head); under checkpointing
   with full fine-tuning, the tower's own backward (its output's gradient, fp32) over every gradient is the peak.
