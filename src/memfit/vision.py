@@ -256,7 +256,8 @@ def _read_mllama(config: dict, vc: dict, source: str, processor: dict) -> tuple[
     # layernorm_pre/post with bias; MllamaVisionEncoderLayer: two LayerNorms, q/k/v/o without bias, fc1/fc2 with
     # bias, and in the global encoder two gates (gate_attn, gate_ffn).
     layer = 2 * 2 * h + 4 * h * h + (h * i + i) + (i * h + h)
-    embeddings = c * p * p * h + h + (1 + n * h + (len(ratios) + 1) * tiles * n * h) + 2 * (1 + (len(ratios) + 1) * tiles * h)
+    ids = len(ratios) + 1                       # aspect-ratio ids, 0 for padding
+    embeddings = c * p * p * h + h + (1 + n * h + ids * tiles * n * h) + 2 * (1 + ids * tiles * h)
     tower = embeddings + 2 * 2 * h + depth * layer + glob * (layer + 2)
     vision = VisionSpec(
         family="mllama", depth=depth, hidden_size=h, intermediate_size=i, num_heads=heads, patch_size=p, merge_size=1,

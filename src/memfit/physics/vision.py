@@ -56,7 +56,6 @@ class VisionParts:
                        **({"vision tower checkpoints": self.checkpoint_bytes} if name != "optimizer step" else {})}
                 for name, parts in phases.items()}
 
-
     def _add_cross(self, phases: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """Mllama: the cross-attention layers' extra saves in forward and backward through the top layers; the
         cache and the vision output only until the forward's outputs are dropped; the tower's own peak as a phase
@@ -78,8 +77,6 @@ class VisionParts:
             if name not in ("optimizer step", LOAD_PHASE):
                 parts["vision tower checkpoints"] = self.checkpoint_bytes
             out[name] = parts
-        # The last cross-attention layer in forward (before the logits): the layers below it have saved theirs,
-        # the tower's output is still held, and the layer's own vision-length tensors are in flight.
         if not c["layers"]:
             # A text-only batch: MllamaTextModel skips the cross-attention layers (no vision states, no cache), so
             # only the self-attention layers save activations or keep checkpoints.
@@ -89,6 +86,8 @@ class VisionParts:
                     if key in parts and name != "layer backward (bottom)":
                         parts[key] = parts[key] * (total - len(self.cross_layers)) // total
             return out
+        # The last cross-attention layer in forward (before the logits): the layers below it have saved theirs,
+        # the tower's output is still held, and the layer's own vision-length tensors are in flight.
         below = 0 if c["ckpt"] else (c["layers"] - 1) * (c["per layer"] + c["cache"] // c["layers"])
         out["cross-attention forward"] = {**out["forward (end)"], "logits and loss": 0,
                                           "embedding and head activations": 0,
