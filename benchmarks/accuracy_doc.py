@@ -108,6 +108,15 @@ KNOWN_GAPS = """## Known gaps and their causes
   graph and keeps each checkpointed block's input (and Qwen2.5-VL's rotary tables and merger inputs) until
   backward; memfit counts these. For Gemma 3 and SmolVLM the SigLIP post-layernorm and projector inputs are not
   counted yet (about 12 hidden-sizes of bytes per patch in a small config), nor is the tower's own backward.
+- **Llama 3.2 Vision** (mllama; physics/mllama.py): the image reaches the language model through its
+  cross-attention layers, not as tokens, and every image is padded to 4 tiles (4 x 1601 vision tokens whatever its
+  size). What those layers keep comes from the cross-attention mask: with a mask transformers repeats k and v to
+  every query head for SDPA, so each layer saves [V, q_dim] k and v, and the default use_cache keeps the
+  unrepeated ones until the loss. Under gradient checkpointing (QLoRA's default) the hooked patch embedding puts the
+  frozen tower in the graph, and its layers are not checkpointed: about 8.1 GB of saved activations per image for
+  the 11B, the largest term of a short-text QLoRA run. Its eager attention (`--attn eager`) makes the tower's
+  forward the peak (bf16 scores plus softmax's fp32 copy and result over 6432^2 per head); under checkpointing
+  with full fine-tuning, the tower's own backward (its output's gradient, fp32) over every gradient is the peak.
 - **PEFT methods other than LoRA** (`--method dora`, `ia3`, `prefix`, ...; physics/adapters.py) match the trace
   like LoRA does. Against the PEFT method comparison (MMQA rows, Llama-3.2-3B on an L40S) they sit where that
   source's LoRA rows sit, a few percent over: the published figure is the maximum reserved over the whole run,

@@ -74,6 +74,21 @@ VLM_CELLS = [
     ("llava-onevision-0.5b", dict(method="lora", batch_size=1, seq_len=256, image_size="800x600")),
     ("llava-onevision-0.5b", dict(method="lora", batch_size=1, seq_len=256, image_size="1280x720", grad_ckpt=True)),
     ("llava-onevision-0.5b", dict(method="full", batch_size=1, seq_len=256, image_size="448x448")),
+    # Llama 3.2 Vision: cross-attention to 4 x 1601 vision tokens per image; the tower joins the graph under
+    # checkpointing (QLoRA's default), and its eager attention is the forward's peak.
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=256)),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=2, seq_len=512, images_per_sample=2)),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=128, images_per_sample=6)),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=512, images_per_sample=2, grad_ckpt=True)),
+    ("llama-3.2-11b-vision", dict(method="qlora", batch_size=1, seq_len=1024, image_size="1280x720")),
+    ("llama-3.2-11b-vision", dict(method="full", batch_size=1, seq_len=256)),
+    ("llama-3.2-11b-vision", dict(method="full", batch_size=1, seq_len=512, grad_ckpt=True)),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=256, attn="eager")),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=2048, image_tokens=6404)),
+    ("llama-3.2-11b-vision", dict(method="lora", batch_size=2, seq_len=1024, lora_targets="all-linear",
+                                  grad_ckpt=True)),
+    ("llama-3.2-90b-vision", dict(method="lora", batch_size=1, seq_len=512, images_per_sample=2)),
+    ("llama-3.2-90b-vision", dict(method="qlora", batch_size=1, seq_len=1024)),
 ]
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 # (Small vocabularies: the trace's time goes into the logits. qwen2.5-0.5b and gemma-3-1b were checked by hand.)

@@ -46,8 +46,16 @@ KINDS: tuple[Kind, ...] = (
     Kind("recomputed layer", "allocated", "with gradient checkpointing: one layer's activations rebuilt in "
          "backward", "activations"),
     Kind("vision tower checkpoints", "allocated", "a VLM under gradient checkpointing: the frozen tower's blocks "
-         "join the graph (enable_input_require_grads hooks the patch embedding) and keep their inputs",
+         "join the graph (enable_input_require_grads hooks the patch embedding) and keep their inputs (Llama 3.2 "
+         "Vision's layers are not checkpointed: all they save)",
          "activations"),
+    Kind("cross-attention activations", "allocated", "Llama 3.2 Vision: what its cross-attention layers keep "
+         "beyond a Llama layer (vision-length k/v repeated per head, their LoRA inputs, the cross-attention mask)",
+         "activations"),
+    Kind("vision outputs", "allocated", "Llama 3.2 Vision: the tower's output, held by the model's outputs until "
+         "the loss", "activations"),
+    Kind("vision tower forward", "allocated", "Llama 3.2 Vision: the frozen tower's layer outputs and attention "
+         "mask while it runs (its own phase, before the language model)", "activations"),
     Kind("embedding and head activations", "allocated", "embedding indices, final norm, lm_head input, labels",
          "activations"),
     Kind("logits and loss", "allocated", "the loss kernel's logits and cross-entropy buffers (HF: `logits.float()` "

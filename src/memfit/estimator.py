@@ -99,7 +99,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     if spec.vision is not None:
         # A VLM: the language model runs text + image tokens; the tower's parts join every phase.
         stack = resolve_stack(spec, setup)
-        tower = vision_physics.vision_parts(spec, setup, stack.weight_bytes, stack.residual_bytes, stack.autocast)
+        tower = vision_physics.vision_parts(spec, setup, stack.weight_bytes, stack.residual_bytes, stack)
         setup = tower.lm_setup
     # The policy's training micro-step (setup itself for SFT), over the sequence the model really processes.
     micro = _as_run(trainers.micro_setup(setup))

@@ -16,6 +16,8 @@ so the language model goes through the same ``ModelSpec`` path as any text model
 - InternVL: 448 px tiles on the grid nearest the aspect ratio + a thumbnail, 256 tokens each (vision_tiles.py).
 - LLaVA-OneVision: any-resolution 384 px tiles + the base image, the padding cut off, a newline token per row,
   pooled above 9 tiles' worth (vision_tiles.py).
+- Llama 3.2 Vision (mllama): no image tokens in the text beyond one <|image|> each; every image is padded to
+  max_tiles tiles, and the language model's cross-attention layers attend to tiles x 1601 vision tokens.
 Pure: no torch.
 """
 
@@ -29,7 +31,8 @@ from .errors import InvalidSetupError, Problem, SourceError, shorten
 # VLM model_type -> the text family its language model is built as (transformers 5.24 modeling files: the
 # Qwen2.5-VL text decoder layer is Qwen2's, q/k/v bias and no o bias; modeling_qwen2_5_vl.py
 # Qwen2_5_VLDecoderLayer / Qwen2_5_VLAttention).
-TEXT_FAMILY = {"qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2", "gemma3": "gemma3_text", "smolvlm": "llama"}
+TEXT_FAMILY = {"qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2", "gemma3": "gemma3_text", "smolvlm": "llama",
+               "mllama": "llama"}
 VISION_CHOICES = ("frozen", "lora", "full")
 
 
@@ -56,13 +59,32 @@ class VisionSpec:
     max_pixels: int
     fixed_side: int = 0           # every image (or tile) resized to this square (Gemma 3: 896), 0: dynamic (Qwen)
     longest_edge: int = 0         # SmolVLM: images resized to this longest edge, then cut into fixed_side tiles
-    max_tiles: int = 0            # InternVL: at most this many fixed_side tiles per image (+ a thumbnail), 0: none;
+    max_tiles: int = 0            # InternVL: at most this many fixed_side tiles per image (+ a thumbnail); mllama:
+                                  # every image padded to this many; 0: none
     min_tiles: int = 0            # LLaVA-OneVision: max_tiles is anyres_max_N, the pooling threshold
     grid_pinpoints: tuple = ()    # LLaVA-OneVision: the (height, width) grid resolutions of image_grid_pinpoints
+    # Llama 3.2 Vision (mllama): every image is padded to max_tiles tiles of fixed_side; a second, gated
+    # encoder of global_layers runs after the depth local ones; the language model attends to the vision states
+    # (output_dim wide before the projector) in its cross_layers, not through image tokens in its sequence.
+    global_layers: int = 0
+    output_dim: int = 0
+    cross_layers: tuple[int, ...] = ()
+    lm_extra_params: int = 0      # language-model parameters a Llama layer does not have (mllama_extra_params)
 
     @property
     def params(self) -> int:
-        return self.tower_params + self.projector_params
+        return self.tower_params + self.projector_params + self.lm_extra_params
+
+    @property
+    def patches_per_tile(self) -> int:
+        """Mllama: patches of one tile with its class token (560 / 14)^2 + 1 = 1601, the vision tokens per tile."""
+        return (self.fixed_side // self.patch_size) ** 2 + 1
+
+    @property
+    def padded_patches_per_tile(self) -> int:
+        """Mllama pads each tile's patches to a multiple of 8 before the encoders (modeling_mllama.py
+        MllamaVisionModel.forward num_padding_patches): 1608."""
+        return -(-self.patches_per_tile // 8) * 8
 
     @property
     def pixel_bounded(self) -> bool:
@@ -221,7 +243,64 @@ def _read_smolvlm(config: dict, vc: dict, source: str, processor: dict) -> tuple
     return vision, text
 
 
-_READERS = {"qwen2_5_vl": _read_qwen2_5_vl, "gemma3": _read_gemma3, "smolvlm": _read_smolvlm}
+def _read_mllama(config: dict, vc: dict, source: str, processor: dict) -> tuple[VisionSpec, dict]:
+    # Defaults: transformers 5.25 models/mllama/configuration_mllama.py MllamaVisionConfig / MllamaTextConfig.
+    h = _int(vc, "hidden_size", source, 1280)
+    i = _int(vc, "intermediate_size", source, 5120)
+    depth = _int(vc, "num_hidden_layers", source, 32)
+    glob = _int(vc, "num_global_layers", source, 8)
+    p = _int(vc, "patch_size", source, 14)
+    side = _int(vc, "image_size", source, 448)
+    c = _int(vc, "num_channels", source, 3)
+    tiles = _int(vc, "max_num_tiles", source, 4)
+    out_dim = _int(vc, "vision_output_dim", source, 7680)
+    ratios = vc.get("supported_aspect_ratios") or [[1, 1], [1, 2], [1, 3], [1, 4], [2, 1], [2, 2], [3, 1], [4, 1]]
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise SourceError(f"{source}: text_config must be a JSON object (the language model's config)")
+    text = dict(text)
+    cross = text.pop("cross_attention_layers", [3, 8, 13, 18, 23, 28, 33, 38])
+    if not isinstance(cross, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in cross):
+        raise SourceError(f"{source}: text_config cross_attention_layers must be a list of integers")
+    if not (h and p and tiles and side % p == 0 and isinstance(ratios, list)):
+        raise SourceError(f"{source}: vision_config image_size {side} must be a multiple of patch_size {p}")
+    out = _int(text, "hidden_size", source, 4096)
+    heads = _int(vc, "attention_heads", source, _int(vc, "num_attention_heads", source, 16))
+    n = (side // p) ** 2 + 1
+    # modeling_mllama.py (transformers 5.25): MllamaVisionModel has a Conv2d patch embedding without bias, a class
+    # embedding, MllamaPrecomputedPositionEmbedding (gate, n x h positions, a tile embedding of
+    # (ratios + 1) x (tiles * n * h)), two gated MllamaPrecomputedAspectRatioEmbedding ((ratios + 1) x tiles * h),
+    # layernorm_pre/post with bias; MllamaVisionEncoderLayer: two LayerNorms, q/k/v/o without bias, fc1/fc2 with
+    # bias, and in the global encoder two gates (gate_attn, gate_ffn).
+    layer = 2 * 2 * h + 4 * h * h + (h * i + i) + (i * h + h)
+    ids = len(ratios) + 1                       # aspect-ratio ids, 0 for padding
+    embeddings = c * p * p * h + h + (1 + n * h + ids * tiles * n * h) + 2 * (1 + ids * tiles * h)
+    tower = embeddings + 2 * 2 * h + depth * layer + glob * (layer + 2)
+    vision = VisionSpec(
+        family="mllama", depth=depth, hidden_size=h, intermediate_size=i, num_heads=heads, patch_size=p, merge_size=1,
+        temporal_patch_size=1, in_channels=c, out_hidden_size=out, window_size=0, full_attention_layers=(),
+        image_token_id=_int(config, "image_token_index", source, _int(config, "image_token_id", source, 128256)),
+        tower_params=tower, projector_params=out_dim * out + out,     # multi_modal_projector: Linear with bias
+        min_pixels=0, max_pixels=0, fixed_side=side, max_tiles=tiles, global_layers=glob, output_dim=out_dim,
+        cross_layers=tuple(cross), lm_extra_params=mllama_extra_params(text, len(cross)))
+    text["model_type"] = TEXT_FAMILY["mllama"]
+    for key in ("torch_dtype", "dtype"):
+        if key in config:
+            text.setdefault(key, config[key])
+    return vision, text
+
+
+def mllama_extra_params(text: dict, cross: int) -> int:
+    """What Mllama's language model has beyond a Llama of the same size and depth (modeling_mllama.py, 5.25):
+    embed_tokens has vocab + 8 rows (MllamaTextModel), and each MllamaCrossAttentionDecoderLayer adds q_norm and
+    k_norm over head_dim and two tanh gates (cross_attn_attn_gate, cross_attn_mlp_gate); its q/k/v/o and MLP are a
+    Llama layer's."""
+    h = text.get("hidden_size", 4096)
+    head_dim = h // text.get("num_attention_heads", 32)
+    return 8 * h + cross * (2 * head_dim + 2)
+
+
+_READERS = {"qwen2_5_vl": _read_qwen2_5_vl, "gemma3": _read_gemma3, "smolvlm": _read_smolvlm, "mllama": _read_mllama}
 
 
 # ---- image tokens ---------------------------------------------------------------------------------------------
@@ -254,6 +333,11 @@ class ImagePlan:
     tokens_per_image: int
     patches_per_image: int
     how: str                       # the assumption, in words
+    cross_tokens_per_image: int = 0    # Mllama: vision tokens the LM's cross-attention layers attend to
+
+    @property
+    def cross_tokens(self) -> int:
+        return self.images * self.cross_tokens_per_image
 
     @property
     def tokens(self) -> int:
@@ -285,6 +369,8 @@ def plan_images(vision: VisionSpec, image_size: str | None, images: int, min_pix
         from .vision_tiles import plan_onevision
 
         return plan_onevision(vision, image_size, images, min_pixels, max_pixels, image_tokens)
+    if vision.cross_layers:
+        return _plan_mllama(vision, image_size, images, min_pixels, max_pixels, image_tokens)
     if vision.max_tiles:
         from .vision_tiles import plan_internvl
 
@@ -424,3 +510,26 @@ def image_token_rule(vision: VisionSpec, min_pixels: int | None = None, max_pixe
             raise ValueError("each side must be 1 to 65536 pixels") from None
     return tokens
 
+
+def _plan_mllama(vision: VisionSpec, image_size: str | None, images: int, min_pixels: int | None,
+                 max_pixels: int | None, image_tokens: int | None) -> ImagePlan:
+    """Llama 3.2 Vision: MllamaImageProcessor fits each image to a canvas of up to max_tiles tiles of fixed_side
+    pixels, then pack_images pads every image to max_tiles tiles (transformers 5.25
+    models/mllama/image_processing_pil_mllama.py pack_images: pixel_values [batch, images, max_image_tiles, 3,
+    560, 560]). The tower runs on all of them whatever the image size; the LM's text holds one <|image|> token per
+    image (part of seq_len) and cross-attends to max_tiles x patches_per_tile vision tokens per image."""
+    _no_pixel_bounds(vision, min_pixels, max_pixels)
+    if image_size is not None:
+        parse_image_size(image_size)              # checked; the padding to max_tiles makes its size irrelevant
+    per_image = vision.max_tiles * vision.patches_per_tile
+    if image_tokens is not None and image_tokens != per_image:
+        raise InvalidSetupError(Problem("image_tokens", f"{{image_tokens}} {image_tokens}: {vision.family} pads every "
+                                                        f"image to {vision.max_tiles} tiles, {per_image:,} vision "
+                                                        f"tokens per image whatever its size"))
+    side = vision.fixed_side // vision.patch_size
+    size = image_size or "each image"
+    return ImagePlan(images=images, grid=(side * vision.max_tiles, side), tokens_per_image=0,
+                     patches_per_image=side * side * vision.max_tiles, cross_tokens_per_image=per_image,
+                     how=f"{images} image(s) per sample, {size} padded to {vision.max_tiles} tiles of "
+                         f"{vision.fixed_side} px: {per_image:,} vision tokens each, attended to by "
+                         f"{len(vision.cross_layers)} cross-attention layers (the text length is unchanged)")

@@ -22,6 +22,8 @@ from ..setup import TrainingSetup
 from ..spec import ModelSpec
 from ..vision import ImagePlan, plan_images
 
+LOAD_PHASE = "model load"
+
 IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens")
 UNHOOKED_TOWERS = ("qwen3_vl",)
 CLS_TOWERS = ("llava", "internvl")       # towers with a class token and a projector outside the checkpoints
@@ -36,16 +38,77 @@ class VisionParts:
     pixel_bytes: int                  # the fp32 pixel values of one micro-batch
     assumptions: tuple[str, ...]
     checkpoint_bytes: int = 0         # a frozen tower's block inputs kept under gradient checkpointing
+    cross: dict | None = None         # Llama 3.2 Vision: physics/mllama.py's cross-attention terms
+    text_layers: int = 0              # Llama 3.2 Vision: the language model's layers, cross-attention ones included
+    cross_layers: tuple[int, ...] = ()
     notes = {"vision tower weights": "the vision tower and projector, frozen (no gradients, no saved activations)",
              "pixel values": "the processor's fp32 pixel values of the micro-batch's images",
-             "vision tower checkpoints": "each vision block's input, kept under gradient checkpointing"}
+             "vision tower checkpoints": "each vision block's input, kept under gradient checkpointing",
+             "cross-attention activations": "what the cross-attention layers keep beyond a Llama layer: vision-"
+                                            "length k/v (repeated per head), their LoRA inputs, the mask",
+             "vision outputs": "the tower's output, held by the model's outputs until the loss",
+             "vision tower forward": "the frozen tower's layer outputs and attention mask while it runs"}
 
     def add_to(self, phases: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """Every phase holds the tower's weights and the micro-batch's pixel values."""
         # The tower's checkpoints live until backward reaches the tower, after every LM layer: gone by the step.
+        if self.cross is not None:
+            return self._add_cross(phases)
         return {name: {**parts, "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes,
                        **({"vision tower checkpoints": self.checkpoint_bytes} if name != "optimizer step" else {})}
                 for name, parts in phases.items()}
+
+    def _add_cross(self, phases: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        """Mllama: the cross-attention layers' extra saves in forward and backward through the top layers; the
+        cache and the vision output only until the forward's outputs are dropped; the tower's own peak as a phase
+        of its own (nothing of the language model exists yet)."""
+        c = self.cross
+        out = {}
+        # Under checkpointing each cross layer keeps only its inputs (the shared mask and vision states); one is
+        # rebuilt at a time in backward.
+        saved = c["per layer"] * (0 if c["ckpt"] else c["layers"]) + c["shared"]
+        for name, parts in phases.items():
+            parts = {**parts, "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes}
+            if name == "forward (end)":
+                parts["cross-attention activations"] = saved + c["cache"]
+                parts["vision outputs"] = c["vision output"]
+            elif name == "cross-entropy backward":
+                parts["cross-attention activations"] = saved
+            elif name == "layer backward (top)":
+                parts["cross-attention activations"] = saved + (c["per layer"] if c["ckpt"] else 0)
+            if name not in ("optimizer step", LOAD_PHASE):
+                parts["vision tower checkpoints"] = self.checkpoint_bytes
+            out[name] = parts
+        if not c["layers"]:
+            # A text-only batch: MllamaTextModel skips the cross-attention layers (no vision states, no cache), so
+            # only the self-attention layers save activations or keep checkpoints.
+            total = self.text_layers
+            for name, parts in out.items():
+                for key in ("activations", "checkpoints"):
+                    if key in parts and name != "layer backward (bottom)":
+                        parts[key] = parts[key] * (total - len(self.cross_layers)) // total
+            return out
+        # The last cross-attention layer in forward (before the logits): the layers below it have saved theirs,
+        # the tower's output is still held, and the layer's own vision-length tensors are in flight.
+        below = 0 if c["ckpt"] else (c["layers"] - 1) * (c["per layer"] + c["cache"] // c["layers"])
+        out["cross-attention forward"] = {**out["forward (end)"], "logits and loss": 0,
+                                          "embedding and head activations": 0,
+                                          "cross-attention activations": below + c["shared"] + c["in flight"]}
+        if c["tower backward"]:
+            # The tower's backward (it joined the graph): after the language model's, every gradient exists.
+            last = phases.get("embedding backward") or phases["layer backward (top)"]
+            keep = ("activations", "checkpoints", "recomputed layer", "embedding and head activations",
+                    "autocast weight copies", "backward temporaries")
+            out["vision tower backward"] = {**{k: v for k, v in last.items() if k not in keep},
+                                            "vision tower weights": self.weight_bytes,
+                                            "pixel values": self.pixel_bytes,
+                                            "vision tower checkpoints": self.checkpoint_bytes,
+                                            "backward temporaries": c["tower backward"]}
+        out["vision tower forward"] = {**{k: v for k, v in phases["optimizer step"].items()
+                                          if k not in ("optimizer step temporaries", "gradients")},
+                                       "vision tower weights": self.weight_bytes, "pixel values": self.pixel_bytes,
+                                       "vision tower forward": c["tower forward"]}
+        return out
 
 
 def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
@@ -60,8 +123,9 @@ def check_text_model(spec: ModelSpec, setup: TrainingSetup) -> None:
 
 
 def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: int,
-                 hidden_bytes: int, autocast: bool = False) -> VisionParts:
+                 hidden_bytes: int, stack=None) -> VisionParts:
     vision = spec.vision
+    autocast = bool(stack is not None and stack.autocast)
     try:
         plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
                            setup.image_tokens)
@@ -111,8 +175,26 @@ def vision_parts(spec: ModelSpec, setup: TrainingSetup, weight_bytes_per_param: 
     if checkpoints:
         notes += ("gradient checkpointing makes the frozen tower's output require grad (enable_input_require_grads "
                   "hooks its patch embedding): each vision block keeps its input until backward",)
+    cross = None
+    if vision.family == "mllama":
+        from . import mllama
+
+        checkpoints = mllama.tower_saved_bytes(spec, lm_setup, stack, plan) if setup.grad_ckpt else 0
+        cross = mllama.cross_attention_saved(spec, lm_setup, stack, plan)
+        cross["ckpt"] = setup.grad_ckpt
+        cross["tower backward"] = mllama.tower_backward_bytes(spec, lm_setup, stack, plan) if checkpoints else 0
+        cross["vision output"] = mllama.vision_output_bytes(spec, lm_setup, stack, plan)
+        cross["tower forward"] = mllama.tower_forward_bytes(spec, lm_setup, stack, plan)
+        pixel_bytes += setup.batch_size * plan.images * (2 + vision.max_tiles) * 8     # aspect-ratio ids and mask
+        pixel_bytes += setup.batch_size * setup.seq_len * plan.images * vision.max_tiles * 8   # cross_attention_mask
+        notes = (f"vision-language model: {plan.how}",
+                 f"vision tower ({vision.tower_params:,} params) and projector ({vision.projector_params:,}) frozen: "
+                 f"no gradients" + (": under gradient checkpointing enable_input_require_grads hooks its patch "
+                                    "embedding, and its layers (not checkpointed in transformers) keep all they "
+                                    "save for backward" if checkpoints else ", no activations saved"))
     return VisionParts(plan=plan, lm_setup=lm_setup, weight_bytes=vision.params * weight_bytes_per_param,
-                       pixel_bytes=pixel_bytes, assumptions=notes, checkpoint_bytes=checkpoints)
+                       pixel_bytes=pixel_bytes, assumptions=notes, checkpoint_bytes=checkpoints, cross=cross,
+                       text_layers=spec.num_layers, cross_layers=vision.cross_layers)
 
 
 def _cls_tower_extras(vision, batch: int, plan: ImagePlan, hidden_bytes: int, autocast: bool) -> int:

@@ -128,6 +128,8 @@ def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
     plan = plan_images(vision, setup.image_size, setup.images_per_sample, setup.min_pixels, setup.max_pixels,
                        setup.image_tokens)
     config = json.loads(spec.hf_config_json)
+    if vision.family == "mllama":
+        return _mllama_inputs(spec, setup, plan)
     if vision.family == "smolvlm":
         # processing_smolvlm.py wraps each tile's <image> run in <fake_token_around_image> (49189) tokens.
         start = end = config.get("fake_image_token_id", 49189)
@@ -204,3 +206,24 @@ def _constant_pixels(vision, batch: int, plan) -> dict:
     lift = mode.fake_tensor_converter.from_real_tensor
     return {"pixel_values": lift(mode, pixels, make_constant=True),
             "pixel_attention_mask": lift(mode, mask, make_constant=True)}
+
+
+def _mllama_inputs(spec: ModelSpec, setup: TrainingSetup, plan) -> dict:
+    """Mllama as MllamaProcessor makes a batch (transformers 5.25 models/mllama/processing_mllama.py): one
+    <|image|> token per image at the start of the text (seq_len tokens in all), pixel_values padded to max_tiles
+    tiles per image, aspect-ratio ids and mask, and the cross_attention_mask [b, s, images, tiles] that lets every
+    token after an image attend to its tiles (all tiles real here: the memory does not depend on which)."""
+    vision, b = spec.vision, setup.batch_size
+    if plan.images > setup.seq_len:
+        raise ValueError(f"seq_len {setup.seq_len} leaves no room for the images' <|image|> tokens")
+    row = [vision.image_token_id] * plan.images
+    row += [(7 * k) % (spec.vocab_size - 10) + 10 for k in range(setup.seq_len - len(row))]
+    ids = torch.tensor([row] * b)
+    if not plan.images:
+        return {"input_ids": ids, "labels": ids}
+    side = vision.fixed_side
+    return {"input_ids": ids, "labels": ids,
+            "pixel_values": torch.empty(b, plan.images, vision.max_tiles, vision.in_channels, side, side),
+            "aspect_ratio_ids": torch.ones(b, plan.images, dtype=torch.int64),
+            "aspect_ratio_mask": torch.ones(b, plan.images, vision.max_tiles, dtype=torch.int64),
+            "cross_attention_mask": torch.ones(b, setup.seq_len, plan.images, vision.max_tiles, dtype=torch.int64)}
