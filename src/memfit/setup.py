@@ -20,7 +20,7 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       normalize)
 from .options import parse_targets as _parse_targets
 from .physics.optimizers import IN_BACKWARD, optimizer_problems
-from .options import PEFT_METHODS, PREQUANT_QUANTS, QUANTIZABLE_METHODS
+from .options import LITGPT_METHODS, PEFT_METHODS, PREQUANT_QUANTS, QUANTIZABLE_METHODS
 from .physics.adapters import DEFAULT_BLOCK_SIZE, DEFAULT_TARGETS
 from .recipes import CHUNKED_LOSSES, RECIPES
 from .physics import trainers as _trainers
@@ -56,6 +56,7 @@ class TrainingSetup:
     train_layers: int | None = None             # only the last N layers train (None: all; mlx-lm: 16)
     mlx_release: str | None = None              # mlx-lm / MLX release of the mlx recipe (physics/mlx_eras.py)
     quant: str | None = None                    # QLoRA's 4-bit (or 8-bit) base
+    adapter_fp32: bool | None = None            # PEFT autocast_adapter_dtype (the recipe's default)
     kbit_upcast: bool | None = None             # prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
     num_virtual_tokens: int | None = None       # prefix / prompt / p-tuning: tokens prepended
     lisa_layers: int | None = None              # LISA: layers trained at a time
@@ -213,6 +214,9 @@ class TrainingSetup:
             # raises (huggingface/peft#869, PR #2191).
             p.append(Problem("grad_ckpt", "prefix tuning cannot run with {grad_ckpt} (PEFT refuses it: the prefix "
                                           "cache grows again when a layer is recomputed); turn checkpointing off"))
+        if self.method in LITGPT_METHODS and not self.recipe.startswith("litgpt"):
+            p.append(Problem("method", f"{{method}} {self.method} is LitGPT's finetune/adapter*.py: it needs {{recipe}} "
+                                       "litgpt (PEFT's adaption_prompt for transformers models is not modelled)"))
         if self.ckpt_reentrant and not self.grad_ckpt:
             p.append(Problem("ckpt_reentrant", "{ckpt_reentrant} checkpointing needs {grad_ckpt}"))
         if self.ckpt_offload and not self.grad_ckpt:
