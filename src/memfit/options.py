@@ -54,6 +54,8 @@ OPTIMIZERS = {
     # memory-saving optimizers: physics/optimizers.py has each one's state, temporaries and source
     "galore": "GaLore AdamW (galore-torch): Adam on a rank-r projection of each decoder matrix's gradient",
     "galore-8bit": "GaLore AdamW8bit (galore-torch on bitsandbytes): the projected moments in 8 bits",
+    "q-galore": "Q-GaLore AdamW8bit (q-galore-torch): GaLore 8-bit with the projection stored as uint8 with "
+                "per-256 scales and zeros",
     "apollo": "APOLLO AdamW (apollo-torch): Adam on a rank-r random projection, channel-wise scaling",
     "muon": "torch.optim.Muon for decoder matrices, fused AdamW for the other tensors",
     "adam-mini": "Adam-mini (adam-mini): one second-moment value per head / output row",
@@ -70,7 +72,9 @@ OPTIMIZER_ALIASES = {"adamw-torch": "adamw", "adamw_torch": "adamw", "adamw_torc
                      "paged-adamw-32bit": "paged-adamw", "adam": "adamw", "adamw-foreach": "adamw",
                      # transformers 5.24.0 training_args.py:132,144-157 OptimizerNames
                      "galore_adamw": "galore", "galore_adamw_8bit": "galore-8bit", "apollo_adamw": "apollo",
-                     "lion_8bit": "lion-8bit", "adam_mini": "adam-mini"}
+                     "lion_8bit": "lion-8bit", "adam_mini": "adam-mini",
+                     # VITA-Group/Q-GaLore run_pretrain.py --optimizer q_galore_adamw8bit
+                     "q_galore_adamw8bit": "q-galore", "qgalore": "q-galore"}
 BNB_OPTIMIZERS = ("adamw-bnb", "adamw-8bit", "paged-adamw", "paged-adamw-8bit")
 ATTENTION = ("sdpa", "flash", "eager")
 BNB_QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
@@ -187,7 +191,7 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            trl="optim", mlx="optimizer")),
     Option("optimizer_in_backward", "bool", "step the optimizer inside backward (torchtune optimizer_in_bwd)",
            default=False, tool_keys=_keys(torchtune="optimizer_in_bwd")),
-    Option("galore_rank", "int", "GaLore's projection rank (transformers' default for optim galore_*)",
+    Option("galore_rank", "int", "GaLore's and Q-GaLore's projection rank (transformers' default for optim galore_*)",
            default=128, minimum=1, maximum=MAX_RANK, methods=("full",)),
     Option("apollo_rank", "int", "APOLLO's projection rank (1 with --apollo-rank 1 is APOLLO-Mini's rank)",
            default=128, minimum=1, maximum=MAX_RANK, methods=("full",)),
