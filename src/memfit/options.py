@@ -240,7 +240,7 @@ SETUP_OPTIONS: tuple[Option, ...] = (
            tool_keys=_keys(axolotl="load_in_4bit", llamafactory="quantization_bit", trl="load_in_4bit")),
     Option("adapter_fp32", "bool", "adapters (their gradients and optimizer state too) in fp32: PEFT "
            "get_peft_model(autocast_adapter_dtype=True), its default; false keeps them in the model's dtype",
-           methods=ADAPTER_METHODS),
+           methods=ADAPTER_METHODS, tool_keys=_keys(axolotl="peft_autocast_adapter_dtype")),
     Option("kbit_upcast", "bool", "peft prepare_model_for_kbit_training's fp32 upcast of norms, embeddings and "
            "lm_head (TRL < 0.22 called it)", default=False, methods=("qlora",) + QUANTIZABLE_METHODS),
     Option("num_virtual_tokens", "int", "virtual tokens prefix, prompt and p-tuning prepend (peft "
