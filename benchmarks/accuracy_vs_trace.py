@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from memfit import TrainingSetup, estimate, load_model  # noqa: E402
 from memfit.trace import trace  # noqa: E402
-from memfit.options import PEFT_METHODS as _PEFT  # noqa: E402
+from memfit.options import LITGPT_METHODS, PEFT_METHODS as _PEFT  # noqa: E402
 from memfit.options import VIRTUAL_TOKEN_METHODS  # noqa: E402
 from memfit.physics.adapters import LINEAR_ONLY_METHODS  # noqa: E402
 from memfit.trace.measure import COUNTER_ROWS, compare  # noqa: E402
@@ -60,7 +60,8 @@ VLM_CELLS = [
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 # (Small vocabularies: the trace's time goes into the logits. qwen2.5-0.5b and gemma-3-1b were checked by hand.)
 PEFT_FAMILIES = ["smollm2-135m", "pythia-160m"]
-PEFT_METHODS = _PEFT + ("lisa",)
+# (LitGPT's LLaMA-Adapter runs LitGPT's model, which the trace does not build: physics/litgpt_adapter.py.)
+PEFT_METHODS = tuple(m for m in _PEFT if m not in LITGPT_METHODS) + ("lisa",)
 OUTER_TARGETS = "all-linear,head,embed"
 
 
