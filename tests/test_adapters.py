@@ -18,12 +18,13 @@ from memfit.spec import ModelSpec
 LLAMA = dict(model_type="llama", hidden_size=256, intermediate_size=688, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=2048, tie_word_embeddings=False, torch_dtype="bfloat16")
 METHODS = PEFT_METHODS + ("lisa",)
-# LitGPT's LLaMA-Adapter runs LitGPT's own model: estimated under the litgpt recipes, never traced here.
-TRACED = tuple(m for m in METHODS if m not in LITGPT_METHODS)
+# LLaMA-Adapter v2 is LitGPT's only (its own model: estimated, never traced); v1 outside LitGPT is PEFT's
+# adaption_prompt, traced like the others.
+TRACED = tuple(m for m in METHODS if m != "llama-adapter-v2")
 
 
 def _recipe(method):
-    return "litgpt" if method in LITGPT_METHODS else None
+    return "litgpt" if method == "llama-adapter-v2" else None
 
 
 def _spec(**overrides):
@@ -138,15 +139,38 @@ def test_llama_adapter_layers_before_the_prompt_save_nothing():
     assert acts(3, "llama-adapter-v2") - acts(2, "llama-adapter-v2") > second
 
 
-def test_litgpt_adapter_needs_litgpt_and_is_not_traced():
+def test_litgpt_adapter_v2_needs_litgpt_and_litgpt_s_model_is_not_traced():
+    assert LITGPT_METHODS == ("llama-adapter", "llama-adapter-v2")
     with pytest.raises(InvalidSetupError, match="litgpt"):
-        TrainingSetup(method="llama-adapter")
+        TrainingSetup(method="llama-adapter-v2")
+    # PEFT's adaption_prompt wraps llama and mistral attention only (tuners/adaption_prompt/config.py).
+    neox = ModelSpec.from_hf_config(dict(model_type="gpt_neox", hidden_size=128, intermediate_size=512,
+                                         num_hidden_layers=4, num_attention_heads=4, vocab_size=1024),
+                                    name="tiny-neox", source="test")
+    with pytest.raises(InvalidSetupError, match="adaption_prompt"):
+        estimate(neox, TrainingSetup(method="llama-adapter", seq_len=64))
+    assert estimate(neox, TrainingSetup(method="llama-adapter", recipe="litgpt", seq_len=64)).trainable_params > 0
     pytest.importorskip("peft")
     from memfit.errors import SourceError
     from memfit.trace import trace
 
     with pytest.raises(SourceError, match="LitGPT"):
         trace(_spec(), TrainingSetup(recipe="litgpt", method="llama-adapter", seq_len=64))
+
+
+@pytest.mark.parametrize("kw", [{}, dict(grad_ckpt=True, batch_size=2)])
+def test_peft_llama_adapter_past_its_first_layer_matches_the_trace(kw):
+    # Six layers: four carry a prompt, three of them past the first adapted one (whose input needs no gradient).
+    from memfit.trace import trace
+
+    spec = _spec(num_hidden_layers=6)
+    setup = TrainingSetup(method="llama-adapter", seq_len=256, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        measured = trace(spec, setup)
+    est = estimate(spec, setup)
+    assert est.trainable_params == 4 * (10 * 256 + 1)          # adaption_prompt (1, 10, hidden) + scalar gate
+    assert est.peak_allocated_bytes == pytest.approx(measured.peak_allocated_bytes, rel=0.01)
 
 
 @pytest.mark.parametrize("method", TRACED)
@@ -167,6 +191,7 @@ def test_trainable_params_are_peft_s(method):
     ("osf", dict(lora_rank=32, lora_targets=("q", "k", "v", "o", "gate", "up", "down"))),
     ("osf", dict(adapter_fp32=False)), ("osf", dict(precision="bf16", grad_ckpt=True)),
     ("tinylora", dict(precision="bf16")), ("tinylora", dict(lora_targets=("q", "k", "v", "o", "gate", "up", "down"))),
+    ("llama-adapter", dict(grad_ckpt=True)), ("llama-adapter", dict(precision="bf16-mixed", batch_size=2)),
     ("dora", dict(grad_ckpt=True)), ("loha", dict(precision="bf16")), ("boft", dict(precision="bf16")),
     ("prompt", dict(precision="bf16", batch_size=2)), ("lisa", dict(lisa_layers=1, batch_size=2)),
     ("dora", dict(quant="nf4-dq")), ("ia3", dict(quant="nf4")), ("adalora", dict(quant="int8")),

@@ -20,7 +20,7 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       normalize)
 from .options import parse_targets as _parse_targets
 from .physics.optimizers import IN_BACKWARD, optimizer_problems
-from .options import LITGPT_METHODS, PEFT_METHODS, PREQUANT_QUANTS, QUANTIZABLE_METHODS
+from .options import PEFT_METHODS, PREQUANT_QUANTS, QUANTIZABLE_METHODS
 from .physics.adapters import DEFAULT_BLOCK_SIZE, DEFAULT_TARGETS
 from .recipes import CHUNKED_LOSSES, RECIPES
 from .physics import trainers as _trainers
@@ -214,9 +214,9 @@ class TrainingSetup:
             # raises (huggingface/peft#869, PR #2191).
             p.append(Problem("grad_ckpt", "prefix tuning cannot run with {grad_ckpt} (PEFT refuses it: the prefix "
                                           "cache grows again when a layer is recomputed); turn checkpointing off"))
-        if self.method in LITGPT_METHODS and not self.recipe.startswith("litgpt"):
-            p.append(Problem("method", f"{{method}} {self.method} is LitGPT's finetune/adapter*.py: it needs {{recipe}} "
-                                       "litgpt (PEFT's adaption_prompt for transformers models is not modelled)"))
+        if self.method == "llama-adapter-v2" and not self.recipe.startswith("litgpt"):
+            p.append(Problem("method", "{method} llama-adapter-v2 is LitGPT's finetune/adapter_v2.py: it needs "
+                                       "{recipe} litgpt (PEFT has no v2; llama-adapter is PEFT's adaption_prompt)"))
         if self.ckpt_reentrant and not self.grad_ckpt:
             p.append(Problem("ckpt_reentrant", "{ckpt_reentrant} checkpointing needs {grad_ckpt}"))
         if self.ckpt_offload and not self.grad_ckpt:

@@ -273,7 +273,8 @@ def _litgpt_adapter_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: S
     sdpa = cmp * (2 * qd + 2 * kvd) + 4 * spec.num_heads        # q, k, v, out, logsumexp
     if spec.fused_qkv and spec.position_embeddings == 0:
         sdpa += cmp * (qd + kvd)                                   # v's view keeps the fused qkv output
-    return litgpt_adapter.layer_coefficients(spec, stack.method, frozen, cmp, norm.per_token + sdpa)
+    return litgpt_adapter.layer_coefficients(spec, stack.method, frozen, cmp, norm.per_token + sdpa,
+                                             litgpt_adapter.is_peft(setup))
 
 
 def _tokens(setup: TrainingSetup) -> int:

@@ -61,6 +61,13 @@ def check_modules(spec, setup, linears) -> None:
         if narrow:
             problems.append(Problem("lora_rank", f"{{lora_rank}} {setup.lora_rank}: OSF's trainable rank must leave a "
                                     f"frozen rank (effective_rank > 0) below min(out, in) = {narrow[0]}"))
+    if setup.method == "llama-adapter" and not setup.recipe.startswith("litgpt"):
+        from .litgpt_adapter import PEFT_MODEL_TYPES
+
+        if spec.model_type not in PEFT_MODEL_TYPES:
+            problems.append(Problem("method", f"{{method}} llama-adapter: PEFT's adaption_prompt supports "
+                                              f"{', '.join(PEFT_MODEL_TYPES)} attention, not {spec.model_type}'s "
+                                              "(or use {recipe} litgpt)"))
     if setup.method == "fourierft":
         small = sorted({lin.d_in * lin.d_out for lin in linears if lin.d_in * lin.d_out < setup.n_frequency})
         if small:
@@ -122,9 +129,12 @@ METHODS = {m.name: m for m in (
     Method("tinylora", "a 64-entry vector per module (u) mixing fixed random r x r projections P; frozen SVD "
            "factors A (r x in), B (out x r) and P (u x r x r); saves only the r-wide product",
            "tuners/tinylora/layer.py TinyLoraLayer._init_svd:187-228, Linear.forward:375-417"),
-    Method("llama-adapter", "LitGPT's LLaMA-Adapter: from layer 2 on, a trainable 10 x hidden prompt and a per-head "
-           "gate per layer; the prompt's second SDPA saves its output and logsumexp; the first two layers save nothing",
-           "LitGPT lit_gpt/adapter.py CausalSelfAttention.scaled_dot_product_attention:119-149 (lit-gpt@0f021f3a)"),
+    Method("llama-adapter", "from layer 2 on, a trainable 10 x hidden prompt and a gate per layer; the first two "
+           "layers save nothing. LitGPT (--recipe litgpt*): a per-head gate, the prompt's second SDPA saves its "
+           "output and logsumexp; elsewhere PEFT's adaption_prompt: a scalar gate, recomputed rotary queries and an "
+           "eager fp32 softmax over the prompt",
+           "LitGPT lit_gpt/adapter.py CausalSelfAttention.scaled_dot_product_attention:119-149 (lit-gpt@0f021f3a); "
+           "tuners/adaption_prompt/layer.py AdaptedAttention.forward"),
     Method("llama-adapter-v2", "LLaMA-Adapter plus a trainable bias and scale (out each) on every Linear and lm_head "
            "and trainable norms; each Linear keeps its pre-scale output (lm_head: vocabulary-wide logits)",
            "LitGPT lit_gpt/adapter_v2.py AdapterV2Linear.forward, adapter_filter (lit-gpt@0f021f3a)"),
@@ -380,14 +390,15 @@ def saved_per_module(method: str, d_in: int, d_out: int, rank: int, autocast: bo
     return 0, 0
 
 
-def extra_params(spec, method: str, rank: int, virtual_tokens: int, linears) -> tuple[tuple[tuple[int, int], ...], int]:
+def extra_params(spec, method: str, rank: int, virtual_tokens: int, linears,
+                 peft: bool = False) -> tuple[tuple[tuple[int, int], ...], int]:
     """Adapter tensors that do not belong to one Linear: ((elements, count) of trainable tensors, frozen elements).
     `linears`: the adapted Linears of one layer (VeRA sizes its shared projections by the largest)."""
     h, p, L = spec.hidden_size, virtual_tokens, spec.num_layers
     if method in ("llama-adapter", "llama-adapter-v2"):
         from . import litgpt_adapter
 
-        return litgpt_adapter.extra_params(spec, method), 0
+        return litgpt_adapter.extra_params(spec, method, peft), 0
     if method == "vera" and linears:
         # vera_A (r x max in) and vera_B (max out x r), one frozen pair for the whole model (tuners/vera/model.py
         # _init_vera_A_vera_B), kept as buffers.
@@ -422,10 +433,12 @@ def first_layer_input_trains(method: str) -> bool:
 
 
 def own_dtype(method: str) -> bool:
-    """The adapter keeps its base module's dtype: LN tuning's norm copies are deepcopies of the 16-bit norms, and
-    get_peft_model leaves them so (checked on the model peft 0.21.2 builds: the ln_tuning_layers weights are bf16
+    """The adapter keeps its base module's dtype: LLaMA-Adapter's prompt and gate (PEFT creates them in q_proj's
+    weight dtype, adaption_prompt/layer.py AdaptedAttention.__init__, and leaves them: they are no tuner layer that
+    cast_adapter_dtype visits; LitGPT trains in the model's dtype); LN tuning's norm copies are deepcopies of the
+    16-bit norms, and get_peft_model leaves them so (checked on the model peft 0.21.2 builds: the ln_tuning_layers weights are bf16
     for a bf16 model, unlike the fp32 adapters tuners_utils.py cast_adapter_dtype makes of LoRA-type layers)."""
-    return method == "ln-tuning"
+    return method in ("ln-tuning", "llama-adapter", "llama-adapter-v2")
 
 
 def extra_cast_elements(spec, method: str) -> int:

@@ -200,6 +200,6 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
 def _extras(spec: ModelSpec, setup: TrainingSetup, lora_modules: tuple[LoraModule, ...]) -> dict:
     adapters.check_modules(spec, setup, [m.linear for m in lora_modules])
     trainable, frozen = adapters.extra_params(spec, setup.method, setup.lora_rank, setup.num_virtual_tokens,
-                                              [m.linear for m in lora_modules])
+                                              [m.linear for m in lora_modules], litgpt_adapter.is_peft(setup))
     return dict(extra_trainable=trainable, extra_frozen_params=frozen, quantized=setup.quantized_base,
                 lora_dropout=setup.lora_dropout)

@@ -30,11 +30,11 @@ def trace(spec, setup, steps: int = 2, progress: bool = False):
     require_trace_extra()
     from ..options import LITGPT_METHODS
 
-    if setup.method in LITGPT_METHODS:
+    if setup.method in LITGPT_METHODS and setup.recipe.startswith("litgpt"):
         from ..errors import SourceError
 
-        raise SourceError(f"method {setup.method} is LitGPT's own model, which the trace (transformers + PEFT) does "
-                          "not build; `memfit estimate` gives the analytic estimate")
+        raise SourceError(f"method {setup.method} under recipe {setup.recipe} is LitGPT's own model, which the trace "
+                          "(transformers + PEFT) does not build; `memfit estimate` gives the analytic estimate")
     if getattr(setup, "trainer", "sft") != "sft":
         from .trainers import trace_trainer     # TRL's own preference losses (needs trl)
 

@@ -78,6 +78,12 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack, model=None)
         # physics/adapters.py counts them.
         return peft.LNTuningConfig(task_type="CAUSAL_LM",
                                    target_modules=None if spec.model_type in known else _norm_names(model))
+    if method == "llama-adapter":
+        # PEFT's LLaMA-Adapter with LitGPT's prompt length and first adapted layer (physics/litgpt_adapter.py).
+        from ..physics.litgpt_adapter import PROMPT_LENGTH
+
+        return peft.AdaptionPromptConfig(adapter_len=PROMPT_LENGTH, adapter_layers=stack.lora_layers,
+                                         task_type="CAUSAL_LM")
     n = setup.num_virtual_tokens
     if method == "prompt":
         return peft.PromptTuningConfig(num_virtual_tokens=n, task_type="CAUSAL_LM")
