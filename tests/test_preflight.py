@@ -417,7 +417,7 @@ def test_axolotl_adapter_that_is_not_one(tmp_path):
     message = _error(_yaml_file(tmp_path, "base_model: meta-llama/Llama-3.2-1B\nadapter: 5\n"))
     assert "line 2: adapter: must be lora or qlora (or left out to train every weight), got 5" in message
     message = _error(_yaml_file(tmp_path, "base_model: meta-llama/Llama-3.2-1B\nadapter: llama-adapter\n"))
-    assert "line 2: adapter: llama-adapter (PEFT's adaption_prompt) is not modelled" in message
+    assert "line 2: adapter: llama-adapter (PEFT's adaption_prompt) is not read from axolotl's peft_adapter" in message
     full = check_config(_yaml_file(tmp_path, "base_model: meta-llama/Llama-3.2-1B\nadapter:\n"))
     assert full.setup.method == "full"
 

@@ -136,7 +136,7 @@ def test_peft_adapter_config(tmp_path, make, method, knobs):
 def test_peft_adapter_config_it_cannot_model(tmp_path):
     path = _adapter_config(tmp_path, peft.AdaptionPromptConfig(adapter_len=10, adapter_layers=2,
                                                                task_type="CAUSAL_LM"))
-    assert "peft_type: 'ADAPTION_PROMPT' is not a PEFT method memfit models" in _error(path)
+    assert "peft_type: ADAPTION_PROMPT (LLaMA-Adapter) is not read from adapter_len / adapter_layers" in _error(path)
     osf = _adapter_config(tmp_path, peft.OSFConfig(target_modules=["q_proj"], effective_rank=8))
     result = check_config(osf)
     assert result.setup.method == "osf"

@@ -82,10 +82,11 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
         # (utils/schemas/peft.py LoraConfig.validate_adapter), and a number names none.
         r.problem("adapter", f"must be lora or qlora (or left out to train every weight), got {show(adapter)}")
     elif adapter and adapter.strip().lower() == "llama-adapter":
-        # axolotl builds it as PEFT's AdaptionPromptConfig (loaders/adapter.py:434-470); memfit's llama-adapter is
-        # LitGPT's, whose forward differs.
-        r.problem("adapter", "llama-adapter (PEFT's adaption_prompt) is not modelled (memfit's llama-adapter is "
-                             "LitGPT's finetune/adapter.py); lora, qlora, peft_use_dora, or no adapter are")
+        # axolotl builds it as PEFT's AdaptionPromptConfig with peft_adapter.len / .layers (loaders/adapter.py:
+        # 434-470); memfit's llama-adapter fixes LitGPT's 10 prompt positions on all but the first two layers.
+        r.problem("adapter", "llama-adapter (PEFT's adaption_prompt) is not read from axolotl's peft_adapter "
+                             "settings: memfit estimate --method llama-adapter prices 10 prompt positions on all but "
+                             "the first two layers")
     elif adapter and adapter.strip().lower() not in ("lora", "qlora"):
         r.problem("adapter", f"{adapter!r} is not modelled (memfit models lora and qlora, or no adapter to train "
                              f"every weight)")

@@ -97,7 +97,11 @@ def read_peft(data: dict, base_dir=None, lines=None):
     method = PEFT_TYPES.get(kind.upper()) if isinstance(kind, str) else None
     setup: dict = {"recipe": "hf"}
     keys = {"method": "peft_type", "model": "base_model_name_or_path"}
-    if method is None:
+    if method is None and kind == "ADAPTION_PROMPT":
+        r.problem("peft_type", "ADAPTION_PROMPT (LLaMA-Adapter) is not read from adapter_len / adapter_layers: memfit "
+                               "estimate --method llama-adapter prices 10 prompt positions on all but the first two "
+                               "layers")
+    elif method is None:
         r.problem("peft_type", f"{show(kind)} is not a PEFT method memfit models ({', '.join(PEFT_TYPES)})")
     else:
         if method == "lora" and r.flag("use_dora"):
