@@ -233,8 +233,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("mlx_release", "choice", "the mlx-lm / MLX release whose step to model (mlx recipe): current, or an "
            "older one (eager step, float32 logits, mlx 0.24's recomputed attention; physics/mlx_eras.py)",
            default="current", choices=MLX_RELEASES),
-    Option("quant", "choice", "the quantized frozen base of QLoRA (or of dora, lora-fa, adalora, ia3; none: "
-           "16-bit): bitsandbytes (nf4, nf4-dq, fp4, int8 = LLM.int8), a GPTQ or AWQ int4 checkpoint (gptq-int4, "
+    Option("quant", "choice", "the quantized frozen base of QLoRA (or of dora, lora-fa, adalora, ia3, "
+           "llama-adapter(-v2); none: 16-bit): bitsandbytes (nf4, nf4-dq, fp4, int8 = LLM.int8), a GPTQ or AWQ int4 checkpoint (gptq-int4, "
            "awq-int4; qlora) or MLX affine, group 64 (mlx-4bit, mlx-8bit)", default="nf4-dq",
            choices=QUANTS, methods=("qlora",) + QUANTIZABLE_METHODS,
            tool_keys=_keys(axolotl="load_in_4bit", llamafactory="quantization_bit", trl="load_in_4bit")),
