@@ -85,7 +85,13 @@ def row_compiled(row: dict) -> bool:
 # measured.csv `variant` of method=other rows -> memfit's method (options.PEFT_METHODS).
 PEFT_VARIANTS = {"dora": "dora", "lora-fa": "lora-fa", "ia3": "ia3", "prompt-tuning": "prompt",
                  "prefix-tuning": "prefix", "loha": "loha", "lokr": "lokr", "vera": "vera", "adalora": "adalora",
-                 "layernorm-tuning": "ln-tuning", "p-tuning": "ptuning", "oft": "oft", "boft": "boft"}
+                 "layernorm-tuning": "ln-tuning", "p-tuning": "ptuning", "oft": "oft", "boft": "boft",
+                 "osf": "osf", "tinylora": "tinylora",
+                 # LitGPT's finetune/adapter.py and adapter_v2.py (physics/litgpt_adapter.py)
+                 "llama-adapter": "llama-adapter", "llama-adapter-v2": "llama-adapter-v2"}
+# PEFT MetaMathQA experiments whose training_params.json sets autocast_adapter_dtype false (bf16 adapters):
+# method_comparison/MetaMathQA/experiments/osf/llama-3.2-3B-rank128/training_params.json.
+MMQA_16BIT_ADAPTERS = ("osf",)
 
 
 class Unexpressible(Exception):
@@ -198,6 +204,13 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
             kw["lora_targets"], kw["lora_dropout"] = FSDP_QLORA_TARGETS, 0.1
     if row["quant"] != "none":
         kw["quant"] = row["quant"]
+    if row["group"] == "MMQA" and method in MMQA_16BIT_ADAPTERS:
+        kw["adapter_fp32"] = False
+    if method == "osf" and row["group"] == "MMQA":
+        # osf/llama-3.2-3B-rank128/adapter_config.json: rank_pattern effective_rank 2944 (q, o, gate, up, down) and
+        # 896 (k, v): min(out, in) - 128, a trainable rank of 128 everywhere (the row's lora_rank).
+        notes.append("published as max reserved over the whole run (PEFT's per-module SVD at init and eval "
+                     "generation included); memfit prices the training step")
     if method in VIRTUAL_TOKEN_METHODS and row["group"] == "MMQA":
         # peft method_comparison/MetaMathQA/experiments/{prompt_tuning,prefixtuning}/llama-3.2-3B-lr_0.001/
         # adapter_config.json: num_virtual_tokens 200.

@@ -93,14 +93,19 @@ VLM_CELLS = [
 # The other PEFT methods (physics/adapters.py), each on a few families, with and without checkpointing.
 # (Small vocabularies: the trace's time goes into the logits. qwen2.5-0.5b and gemma-3-1b were checked by hand.)
 PEFT_FAMILIES = ["smollm2-135m", "pythia-160m"]
-PEFT_METHODS = _PEFT + ("lisa",)
+# (LLaMA-Adapter v2 runs LitGPT's model, which the trace does not build; v1 is PEFT's adaption_prompt, which wraps
+# llama and mistral attention only: physics/litgpt_adapter.py.)
+PEFT_METHODS = tuple(m for m in _PEFT if m != "llama-adapter-v2") + ("lisa",)
+LLAMA_ONLY = ("llama-adapter",)
 OUTER_TARGETS = "all-linear,head,embed"
 
 
 def peft_cells():
     for method, model in itertools.product(PEFT_METHODS, PEFT_FAMILIES):
-        if model == "pythia-160m" and method in VIRTUAL_TOKEN_METHODS:
-            continue   # the CPU trace cannot run them on this fp16 checkpoint under bf16 autocast (docs/accuracy.md)
+        if model == "pythia-160m" and method in VIRTUAL_TOKEN_METHODS + LLAMA_ONLY:
+            # the CPU trace cannot run the virtual-token methods on this fp16 checkpoint under bf16 autocast
+            # (docs/accuracy.md); PEFT's adaption_prompt has no GPT-NeoX attention
+            continue
         yield model, dict(method=method, batch_size=1, seq_len=256)
     for method in PEFT_METHODS:
         if method != "prefix":     # PEFT refuses prefix tuning with checkpointing (setup.py says why)
@@ -112,7 +117,7 @@ def peft_cells():
         yield "smollm2-135m", dict(method=method, batch_size=1, seq_len=256, lora_dropout=0.05)
     # Pure 16-bit weights (no autocast) and GPT-2's Conv1D modules.
     for method in PEFT_METHODS:
-        if method not in LINEAR_ONLY_METHODS:     # PEFT cannot put these on GPT-2's Conv1D (refused)
+        if method not in LINEAR_ONLY_METHODS + LLAMA_ONLY:     # PEFT cannot put these on GPT-2's Conv1D (refused)
             yield "gpt2", dict(method=method, batch_size=1, seq_len=256, precision="bf16")
 
 

@@ -11,13 +11,20 @@ import pytest
 
 from memfit import TrainingSetup, estimate
 from memfit.errors import InvalidSetupError
-from memfit.options import PEFT_METHODS
+from memfit.options import LITGPT_METHODS, PEFT_METHODS
 from memfit.physics import adapters
 from memfit.spec import ModelSpec
 
 LLAMA = dict(model_type="llama", hidden_size=256, intermediate_size=688, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=2048, tie_word_embeddings=False, torch_dtype="bfloat16")
 METHODS = PEFT_METHODS + ("lisa",)
+# LLaMA-Adapter v2 is LitGPT's only (its own model: estimated, never traced); v1 outside LitGPT is PEFT's
+# adaption_prompt, traced like the others.
+TRACED = tuple(m for m in METHODS if m != "llama-adapter-v2")
+
+
+def _recipe(method):
+    return "litgpt" if method == "llama-adapter-v2" else None
 
 
 def _spec(**overrides):
@@ -29,7 +36,7 @@ def test_every_method_is_described_and_estimated():
     lora = estimate(spec, TrainingSetup(method="lora", seq_len=256))
     for method in METHODS:
         assert method in adapters.METHODS, method        # one record (README table, assumption line) each
-        est = estimate(spec, TrainingSetup(method=method, seq_len=256))
+        est = estimate(spec, TrainingSetup(method=method, seq_len=256, recipe=_recipe(method)))
         assert est.trainable_params > 0
         assert any(method in line for line in est.assumptions)
         assert est.peak_allocated_bytes != lora.peak_allocated_bytes, method
@@ -99,7 +106,74 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 
-@pytest.mark.parametrize("method", METHODS)
+def test_litgpt_adapter_trainable_params_are_litgpt_s():
+    # The counts lit-gpt@0f021f3a finetune/adapter.py and adapter_v2.py print (tutorials/resource-tables.md):
+    # adapter_wte 10 x n_embd and gating_factor n_head from layer 2 on; v2 adds a bias and scale per Linear output
+    # (lm_head too) and the norms.
+    stablelm = ModelSpec.from_hf_config(dict(model_type="gpt_neox", hidden_size=4096, intermediate_size=16384,
+                                             num_hidden_layers=16, num_attention_heads=32, vocab_size=50688,
+                                             rotary_pct=0.25, use_parallel_residual=True, tie_word_embeddings=False,
+                                             torch_dtype="bfloat16"), name="stablelm-base-alpha-3b", source="test")
+    llama2 = ModelSpec.from_hf_config(dict(LLAMA, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                           num_attention_heads=32, num_key_value_heads=32, vocab_size=32000),
+                                      name="llama-2-7b", source="test")
+    published = {(stablelm, "llama-adapter"): 573_888, (stablelm, "llama-adapter-v2"): 2_125_248,
+                 (llama2, "llama-adapter"): 1_229_760, (llama2, "llama-adapter-v2"): 4_279_744}
+    for (spec, method), count in published.items():
+        setup = TrainingSetup(recipe="litgpt-0.4", method=method, seq_len=512, batch_size=1)
+        assert estimate(spec, setup).trainable_params == count, (spec.name, method)
+
+
+def test_llama_adapter_layers_before_the_prompt_save_nothing():
+    # adapter_start_layer 2: a model of two layers has no adapter, no tensor that needs a gradient in its layers;
+    # adding layers adds what each adapted layer saves, the first adapted one less than the others (its input
+    # needs no gradient).
+    def acts(layers, method="llama-adapter"):
+        spec = _spec(num_hidden_layers=layers)
+        return estimate(spec, TrainingSetup(recipe="litgpt", method=method, seq_len=256)).component("activations")
+    base = acts(2)
+    first, second = acts(3) - base, acts(4) - acts(3)
+    assert 0 < first < second
+    assert acts(5) - acts(4) == pytest.approx(second, abs=256)   # (the per-layer average rounds to a byte a token)
+    # v2's norms and Linear scales train in every layer: the first layers save too.
+    assert acts(3, "llama-adapter-v2") - acts(2, "llama-adapter-v2") > second
+
+
+def test_litgpt_adapter_v2_needs_litgpt_and_litgpt_s_model_is_not_traced():
+    assert LITGPT_METHODS == ("llama-adapter", "llama-adapter-v2")
+    with pytest.raises(InvalidSetupError, match="litgpt"):
+        TrainingSetup(method="llama-adapter-v2")
+    # PEFT's adaption_prompt wraps llama and mistral attention only (tuners/adaption_prompt/config.py).
+    neox = ModelSpec.from_hf_config(dict(model_type="gpt_neox", hidden_size=128, intermediate_size=512,
+                                         num_hidden_layers=4, num_attention_heads=4, vocab_size=1024),
+                                    name="tiny-neox", source="test")
+    with pytest.raises(InvalidSetupError, match="adaption_prompt"):
+        estimate(neox, TrainingSetup(method="llama-adapter", seq_len=64))
+    assert estimate(neox, TrainingSetup(method="llama-adapter", recipe="litgpt", seq_len=64)).trainable_params > 0
+    pytest.importorskip("peft")
+    from memfit.errors import SourceError
+    from memfit.trace import trace
+
+    with pytest.raises(SourceError, match="LitGPT"):
+        trace(_spec(), TrainingSetup(recipe="litgpt", method="llama-adapter", seq_len=64))
+
+
+@pytest.mark.parametrize("kw", [{}, dict(grad_ckpt=True, batch_size=2)])
+def test_peft_llama_adapter_past_its_first_layer_matches_the_trace(kw):
+    # Six layers: four carry a prompt, three of them past the first adapted one (whose input needs no gradient).
+    from memfit.trace import trace
+
+    spec = _spec(num_hidden_layers=6)
+    setup = TrainingSetup(method="llama-adapter", seq_len=256, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        measured = trace(spec, setup)
+    est = estimate(spec, setup)
+    assert est.trainable_params == 4 * (10 * 256 + 1)          # adaption_prompt (1, 10, hidden) + scalar gate
+    assert est.peak_allocated_bytes == pytest.approx(measured.peak_allocated_bytes, rel=0.01)
+
+
+@pytest.mark.parametrize("method", TRACED)
 def test_trainable_params_are_peft_s(method):
     from memfit.physics.stack import resolve_stack
     from memfit.trace.build import build
@@ -113,7 +187,11 @@ def test_trainable_params_are_peft_s(method):
     assert estimate(spec, setup).trainable_params == peft_count
 
 
-@pytest.mark.parametrize("method,kw", [(m, {}) for m in METHODS] + [
+@pytest.mark.parametrize("method,kw", [(m, {}) for m in TRACED] + [
+    ("osf", dict(lora_rank=32, lora_targets=("q", "k", "v", "o", "gate", "up", "down"))),
+    ("osf", dict(adapter_fp32=False)), ("osf", dict(precision="bf16", grad_ckpt=True)),
+    ("tinylora", dict(precision="bf16")), ("tinylora", dict(lora_targets=("q", "k", "v", "o", "gate", "up", "down"))),
+    ("llama-adapter", dict(grad_ckpt=True)), ("llama-adapter", dict(precision="bf16-mixed", batch_size=2)),
     ("dora", dict(grad_ckpt=True)), ("loha", dict(precision="bf16")), ("boft", dict(precision="bf16")),
     ("prompt", dict(precision="bf16", batch_size=2)), ("lisa", dict(lisa_layers=1, batch_size=2)),
     ("dora", dict(quant="nf4-dq")), ("ia3", dict(quant="nf4")), ("adalora", dict(quant="int8")),

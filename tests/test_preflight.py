@@ -387,8 +387,8 @@ def test_llamafactory_quantization_it_cannot_model(tmp_path, extra, fragment):
 
 
 @pytest.mark.parametrize("ftype, fragment", [
-    ("freeze", "line 3: finetuning_type: freeze is not modelled yet (memfit models lora and full)"),
-    ("oft", "line 3: finetuning_type: oft is not modelled yet (memfit models lora and full)"),
+    ("freeze", "line 3: finetuning_type: freeze (the last 2 layers unfrozen, freeze_trainable_layers) is not "
+               "modelled for the HF Trainer stack"),
     ("dora", "line 3: finetuning_type: 'dora' is not one of lora, oft, freeze, full (LLaMA-Factory's methods)"),
     ("5", "line 3: finetuning_type: 5 is not one of lora, oft, freeze, full"),
 ])
@@ -417,7 +417,7 @@ def test_axolotl_adapter_that_is_not_one(tmp_path):
     message = _error(_yaml_file(tmp_path, "base_model: meta-llama/Llama-3.2-1B\nadapter: 5\n"))
     assert "line 2: adapter: must be lora or qlora (or left out to train every weight), got 5" in message
     message = _error(_yaml_file(tmp_path, "base_model: meta-llama/Llama-3.2-1B\nadapter: llama-adapter\n"))
-    assert "line 2: adapter: 'llama-adapter' is not modelled (memfit models lora and qlora" in message
+    assert "line 2: adapter: llama-adapter (PEFT's adaption_prompt) is not read from axolotl's peft_adapter" in message
     full = check_config(_yaml_file(tmp_path, "base_model: meta-llama/Llama-3.2-1B\nadapter:\n"))
     assert full.setup.method == "full"
 

@@ -26,6 +26,7 @@ from .physics.overhead import CUBLAS_WORKSPACE_BYTES, error_band, overheads
 from .physics.stack import Stack, resolve_stack
 from .recipes import get_recipe
 from .options import PEFT_METHODS
+from .physics import litgpt_adapter
 from .setup import OPTIMIZERS, TrainingSetup
 from .spec import ModelSpec
 
@@ -215,10 +216,14 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     weights_cast = stack.autocast and stack.weight_dtype != stack.autocast_dtype
     mixed_casts = 2 * matmul if (weights_cast and not setup.quantized_base) else 0
     if mixed_casts and not stack.base_trainable:
-        # With a frozen base, the first layer's input needs no grad, so the linears reading it (q, k, v) keep no
-        # weight cast for backward: F.linear saves W only to compute the input's gradient.
+        # With a frozen base, the first adapted layer's input needs no grad, so the linears reading it (q, k, v) keep
+        # no weight cast for backward: F.linear saves W only to compute the input's gradient. The frozen layers
+        # below the adapted ones (PEFT layers_to_transform, LLaMA-Adapter's first layers) keep none at all.
         first = [lin for lin in layer_linears(spec) if set(lin.parts) & {"q", "k", "v"}]
         mixed_casts -= 2 * sum(lin.weight_params for lin in first)
+        mixed_casts -= 2 * (spec.num_layers - act.adapted_layers(spec, stack)) * counts.layer_linear_weights
+        if litgpt_adapter.is_peft(setup):
+            mixed_casts += litgpt_adapter.peft_weight_cast_bytes(spec, stack.lora_layers)
     if setup.quantized_base and stack.autocast and stack.kbit_upcast:
         mixed_casts = 2 * spec.vocab_size * spec.hidden_size    # bf16 cast of the fp32 lm_head
     fp32_adapters_cast = stack.autocast and stack.adapter_bytes == 4

@@ -22,7 +22,7 @@ MLX_RELEASES = tuple(_MLX_ERAS)
 
 # The PEFT methods besides LoRA (physics/adapters.py has each one's memory and the PEFT source it follows).
 PEFT_METHODS = ("dora", "adalora", "ia3", "loha", "lokr", "vera", "oft", "boft", "fourierft", "prefix", "prompt",
-                "ptuning", "ln-tuning", "lora-fa")
+                "ptuning", "ln-tuning", "lora-fa", "osf", "tinylora", "llama-adapter", "llama-adapter-v2")
 METHODS = ("full", "lora", "qlora") + PEFT_METHODS + ("lisa",)
 ADAPTER_METHODS = ("lora", "qlora") + PEFT_METHODS
 # Methods that change LoRA's initialisation, scaling or learning rates, never its tensors: they cost what LoRA
@@ -31,13 +31,15 @@ ADAPTER_METHODS = ("lora", "qlora") + PEFT_METHODS
 LORA_EQUIVALENTS = {"rslora": "lora", "pissa": "lora", "olora": "lora", "lora-plus": "lora", "loraplus": "lora"}
 # Methods whose adapters sit in Linear layers (take --lora-rank and --lora-targets).
 LINEAR_ADAPTER_METHODS = ("lora", "qlora", "dora", "adalora", "ia3", "loha", "lokr", "vera", "oft", "boft",
-                          "fourierft", "lora-fa")
+                          "fourierft", "lora-fa", "osf", "tinylora")
 # Those with a rank (OFT/BOFT have a block size, FourierFT a number of frequencies, IA3 neither).
-RANKED_METHODS = ("lora", "qlora", "dora", "adalora", "loha", "lokr", "vera", "lora-fa")
+RANKED_METHODS = ("lora", "qlora", "dora", "adalora", "loha", "lokr", "vera", "lora-fa", "osf", "tinylora")
+# LitGPT's LLaMA-Adapter (v1, v2): adapters of LitGPT's own model, not of a PEFT-wrapped transformers model.
+LITGPT_METHODS = ("llama-adapter", "llama-adapter-v2")
 VIRTUAL_TOKEN_METHODS = ("prefix", "prompt", "ptuning")
 # PEFT methods with bitsandbytes layers (peft 0.21.2 tuners/lora/bnb.py, which carries DoRA and LoRA-FA,
 # tuners/ia3/bnb.py, tuners/adalora/bnb.py): `--quant` puts them on a quantized base (QDoRA: dora + nf4-dq).
-QUANTIZABLE_METHODS = ("dora", "lora-fa", "adalora", "ia3")
+QUANTIZABLE_METHODS = ("dora", "lora-fa", "adalora", "ia3") + LITGPT_METHODS   # LitGPT: --quantize bnb.nf4
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed", "fp8")
 OPTIMIZERS = {
     "adamw": "torch AdamW, foreach implementation (the CUDA default when no flag is given)",
@@ -52,6 +54,8 @@ OPTIMIZERS = {
     # memory-saving optimizers: physics/optimizers.py has each one's state, temporaries and source
     "galore": "GaLore AdamW (galore-torch): Adam on a rank-r projection of each decoder matrix's gradient",
     "galore-8bit": "GaLore AdamW8bit (galore-torch on bitsandbytes): the projected moments in 8 bits",
+    "q-galore": "Q-GaLore AdamW8bit (q-galore-torch): GaLore 8-bit with the projection stored as uint8 with "
+                "per-256 scales and zeros",
     "apollo": "APOLLO AdamW (apollo-torch): Adam on a rank-r random projection, channel-wise scaling",
     "muon": "torch.optim.Muon for decoder matrices, fused AdamW for the other tensors",
     "adam-mini": "Adam-mini (adam-mini): one second-moment value per head / output row",
@@ -68,7 +72,9 @@ OPTIMIZER_ALIASES = {"adamw-torch": "adamw", "adamw_torch": "adamw", "adamw_torc
                      "paged-adamw-32bit": "paged-adamw", "adam": "adamw", "adamw-foreach": "adamw",
                      # transformers 5.24.0 training_args.py:132,144-157 OptimizerNames
                      "galore_adamw": "galore", "galore_adamw_8bit": "galore-8bit", "apollo_adamw": "apollo",
-                     "lion_8bit": "lion-8bit", "adam_mini": "adam-mini"}
+                     "lion_8bit": "lion-8bit", "adam_mini": "adam-mini",
+                     # VITA-Group/Q-GaLore run_pretrain.py --optimizer q_galore_adamw8bit
+                     "q_galore_adamw8bit": "q-galore", "qgalore": "q-galore"}
 BNB_OPTIMIZERS = ("adamw-bnb", "adamw-8bit", "paged-adamw", "paged-adamw-8bit")
 ATTENTION = ("sdpa", "flash", "eager")
 BNB_QUANTS = ("nf4", "nf4-dq", "fp4", "int8")
@@ -186,7 +192,7 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            trl="optim", mlx="optimizer")),
     Option("optimizer_in_backward", "bool", "step the optimizer inside backward (torchtune optimizer_in_bwd)",
            default=False, tool_keys=_keys(torchtune="optimizer_in_bwd")),
-    Option("galore_rank", "int", "GaLore's projection rank (transformers' default for optim galore_*)",
+    Option("galore_rank", "int", "GaLore's and Q-GaLore's projection rank (transformers' default for optim galore_*)",
            default=128, minimum=1, maximum=MAX_RANK, methods=("full",)),
     Option("apollo_rank", "int", "APOLLO's projection rank (1 with --apollo-rank 1 is APOLLO-Mini's rank)",
            default=128, minimum=1, maximum=MAX_RANK, methods=("full",)),
@@ -208,7 +214,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
                            torchtune="loss._component_", trl="use_liger_kernel")),
     Option("loss", "choice", "the loss kernel (logits and cross-entropy memory)", default="hf",
            choices=tuple(LOSSES)),
-    Option("lora_rank", "int", "LoRA rank (for adalora its initial rank; loha, lokr, vera: their rank)", default=8,
+    Option("lora_rank", "int", "LoRA rank (for adalora its initial rank; loha, lokr, vera: their rank; osf: the "
+           "trainable SVD rank, min(out, in) - effective_rank; tinylora: the frozen SVD rank r)", default=8,
            minimum=1, maximum=MAX_RANK, methods=RANKED_METHODS,
            tool_keys=_keys(axolotl="lora_r", llamafactory="lora_rank", torchtune="model.lora_rank", trl="lora_r",
                            mlx="lora_parameters.rank")),
@@ -227,11 +234,14 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("mlx_release", "choice", "the mlx-lm / MLX release whose step to model (mlx recipe): current, or an "
            "older one (eager step, float32 logits, mlx 0.24's recomputed attention; physics/mlx_eras.py)",
            default="current", choices=MLX_RELEASES),
-    Option("quant", "choice", "the quantized frozen base of QLoRA (or of dora, lora-fa, adalora, ia3; none: "
-           "16-bit): bitsandbytes (nf4, nf4-dq, fp4, int8 = LLM.int8), a GPTQ or AWQ int4 checkpoint (gptq-int4, "
+    Option("quant", "choice", "the quantized frozen base of QLoRA (or of dora, lora-fa, adalora, ia3, "
+           "llama-adapter(-v2); none: 16-bit): bitsandbytes (nf4, nf4-dq, fp4, int8 = LLM.int8), a GPTQ or AWQ int4 checkpoint (gptq-int4, "
            "awq-int4; qlora) or MLX affine, group 64 (mlx-4bit, mlx-8bit)", default="nf4-dq",
            choices=QUANTS, methods=("qlora",) + QUANTIZABLE_METHODS,
            tool_keys=_keys(axolotl="load_in_4bit", llamafactory="quantization_bit", trl="load_in_4bit")),
+    Option("adapter_fp32", "bool", "adapters (their gradients and optimizer state too) in fp32: PEFT "
+           "get_peft_model(autocast_adapter_dtype=True), its default; false keeps them in the model's dtype",
+           methods=ADAPTER_METHODS, tool_keys=_keys(axolotl="peft_autocast_adapter_dtype")),
     Option("kbit_upcast", "bool", "peft prepare_model_for_kbit_training's fp32 upcast of norms, embeddings and "
            "lm_head (TRL < 0.22 called it)", default=False, methods=("qlora",) + QUANTIZABLE_METHODS),
     Option("num_virtual_tokens", "int", "virtual tokens prefix, prompt and p-tuning prepend (peft "

@@ -15,7 +15,7 @@ from .options import ALL_TARGETS, OPTIMIZERS
 
 # The setup options a recipe gives a default for (the rest come from the options table).
 RECIPE_FIELDS = ("precision", "optimizer", "grad_ckpt", "attn", "lora_rank", "lora_targets", "lora_dropout", "quant",
-                 "loss")
+                 "loss", "adapter_fp32")
 # Every option whose default depends on the recipe or the method (setup.py resolves some of them from others).
 RECIPE_DECIDED = RECIPE_FIELDS + ("chunked_ce", "optimizer_in_backward", "autocast", "ckpt_offload", "ckpt_reentrant",
                                   "kbit_upcast", "shard", "train_layers")

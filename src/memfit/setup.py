@@ -56,6 +56,7 @@ class TrainingSetup:
     train_layers: int | None = None             # only the last N layers train (None: all; mlx-lm: 16)
     mlx_release: str | None = None              # mlx-lm / MLX release of the mlx recipe (physics/mlx_eras.py)
     quant: str | None = None                    # QLoRA's 4-bit (or 8-bit) base
+    adapter_fp32: bool | None = None            # PEFT autocast_adapter_dtype (the recipe's default)
     kbit_upcast: bool | None = None             # prepare_model_for_kbit_training's fp32 upcast (TRL < 0.22)
     num_virtual_tokens: int | None = None       # prefix / prompt / p-tuning: tokens prepended
     lisa_layers: int | None = None              # LISA: layers trained at a time
@@ -216,6 +217,9 @@ class TrainingSetup:
             # raises (huggingface/peft#869, PR #2191).
             p.append(Problem("grad_ckpt", "prefix tuning cannot run with {grad_ckpt} (PEFT refuses it: the prefix "
                                           "cache grows again when a layer is recomputed); turn checkpointing off"))
+        if self.method == "llama-adapter-v2" and not self.recipe.startswith("litgpt"):
+            p.append(Problem("method", "{method} llama-adapter-v2 is LitGPT's finetune/adapter_v2.py: it needs "
+                                       "{recipe} litgpt (PEFT has no v2; llama-adapter is PEFT's adaption_prompt)"))
         if self.ckpt_reentrant and not self.grad_ckpt:
             p.append(Problem("ckpt_reentrant", "{ckpt_reentrant} checkpointing needs {grad_ckpt}"))
         if self.ckpt_offload and not self.grad_ckpt:

@@ -16,7 +16,8 @@ from ..spec import ACT_SAVED_TENSORS, ModelSpec
 from ..setup import TrainingSetup
 from dataclasses import replace
 
-from . import adapters, quantized_base
+from ..options import LITGPT_METHODS
+from . import adapters, litgpt_adapter, quantized_base
 from .compile import compiled_coefficients, compiled_mlp_bytes_per_token
 from .litgpt import repeats_kv, zero_pad_saved_per_token
 from .lora_outer import embed_saved_per_token
@@ -32,7 +33,7 @@ class _Walk:
         self.per_token = 0
         self.per_token_position = 0
         # LN tuning trains a copy of every norm (physics/adapters.py): the norms save their normalized output.
-        self.norms_train = stack.base_trainable or stack.method == "ln-tuning"
+        self.norms_train = stack.base_trainable or stack.method in ("ln-tuning", "llama-adapter-v2")
 
     def add(self, per_token_bytes: int) -> None:
         self.per_token += per_token_bytes
@@ -95,9 +96,10 @@ class _Walk:
                 self.add(own + (0 if shared_counted else shared))
                 shared_counted = shared_counted or shared > 0
                 continue
-            if st.autocast:
+            if st.autocast and adapters.input_copied(in_bytes, ad, True):
                 self.add(width * (3 if p > 0 else 2) + 2 * m.rank)
                 continue
+            # (16-bit adapters under autocast on a 16-bit input: no cast, as without autocast)
             if p > 0:
                 self.add(width * (1 + ad) + ad * m.rank)   # bool mask (CUDA) + dropout output, + lora_B input
             elif in_bytes == ad:
@@ -247,6 +249,8 @@ def layer_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> t
                                      _Walk(spec, setup, stack).layer())
     if stack.method == "lisa":
         return adapters.lisa_layer_coefficients(spec, setup, stack, lambda st: _Walk(spec, setup, st).layer())
+    if stack.method in LITGPT_METHODS:
+        return _litgpt_adapter_coefficients(spec, setup, stack)
     if stack.method == "prefix":
         per_token, per_position = _Walk(spec, setup.replace(padding=True), stack).layer()
         attn_bytes = 2 if stack.autocast else stack.compute_bytes
@@ -259,6 +263,21 @@ def layer_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> t
     masked = _Walk(spec, setup.replace(padding=True), stack).layer()
     f = spec.sliding_fraction
     return (round(f * masked[0] + (1 - f) * plain[0]), round(f * masked[1] + (1 - f) * plain[1]))
+
+
+def _litgpt_adapter_coefficients(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> tuple[int, int]:
+    """LitGPT's LLaMA-Adapter v1/v2 (physics/litgpt_adapter.py): the frozen layer's walk, and what its input norm
+    and base SDPA save (v1's first adapted layer saves neither)."""
+    frozen = _Walk(spec, setup, stack).layer()
+    cmp = 2 if stack.autocast else stack.compute_bytes
+    norm = _Walk(spec, setup, stack)
+    norm.norm(spec.hidden_size, stack.residual_bytes, False)
+    qd, kvd = spec.q_dim, spec.kv_dim
+    sdpa = cmp * (2 * qd + 2 * kvd) + 4 * spec.num_heads        # q, k, v, out, logsumexp
+    if spec.fused_qkv and spec.position_embeddings == 0:
+        sdpa += cmp * (qd + kvd)                                   # v's view keeps the fused qkv output
+    return litgpt_adapter.layer_coefficients(spec, stack.method, frozen, cmp, norm.per_token + sdpa,
+                                             litgpt_adapter.is_peft(setup))
 
 
 def _tokens(setup: TrainingSetup) -> int:
@@ -310,7 +329,8 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
     train = stack.base_trainable
     outer = {m.linear.parts[0]: m for m in stack.outer_lora}
     if not train and stack.lora_layers == spec.num_layers and not _post_norm(spec) and not setup.grad_ckpt \
-            and not adapters.first_layer_input_trains(stack.method) and "embed" not in outer:
+            and not adapters.first_layer_input_trains(stack.method) and "embed" not in outer \
+            and stack.method != "llama-adapter-v2":           # (its first norm trains: it saves its input)
         first = _Walk(spec, setup, stack)
         first.norm(spec.hidden_size, stack.residual_bytes, False)
         walk.add(-first.per_token)
@@ -333,5 +353,6 @@ def head_coefficient(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int
         head = _Walk(spec, setup, replace(stack, lora_modules=(outer["head"],)))
         head.lora({"head"}, spec.hidden_size, stack.residual_bytes)
         walk.add(head.per_token)
+    walk.add(litgpt_adapter.lm_head_per_token(spec, stack.method, stack.compute_bytes))
     walk.add(8)                                        # int64 labels saved by the loss
     return walk.per_token

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 FEEDFORWARD_PARTS = frozenset({"down"})
 # PEFT's default targets where they differ from LoRA's q,v (utils/constants.py
 # TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING, llama: k_proj, v_proj, down_proj).
-DEFAULT_TARGETS = {"ia3": ("k", "v", "down")}
+DEFAULT_TARGETS = {"ia3": ("k", "v", "down"),
+                   # OSF: every projection (utils/constants.py TRANSFORMERS_MODELS_TO_OSF_TARGET_MODULES_MAPPING).
+                   "osf": ("q", "k", "v", "o", "gate", "up", "down")}
+# TinyLoraConfig.u = 64: the trainable vector's length per module (tuners/tinylora/config.py); weight_tying 0.0
+# gives every adapted module its own vector (tuners/tinylora/model.py _create_and_replace: num_groups = modules).
+TINYLORA_U = 64
 # OFTConfig.oft_block_size = 32, BOFTConfig.boft_block_size = 4 (tuners/oft/config.py, tuners/boft/config.py).
 DEFAULT_BLOCK_SIZE = {"oft": 32, "boft": 4}
 
@@ -35,7 +40,7 @@ def module_size(setup) -> int:
 # transformers builds these families' projections as GPT-2 Conv1D, which LoHa, LoKr, OFT and BOFT do not adapt
 # (peft 0.21.2 raises "Target module ... Conv1D ... not supported" in their _create_new_module).
 CONV1D_MODEL_TYPES = ("gpt2",)
-LINEAR_ONLY_METHODS = ("loha", "lokr", "oft", "boft")
+LINEAR_ONLY_METHODS = ("loha", "lokr", "oft", "boft", "osf")     # OSF: tuners/osf/layer.py dispatch_default
 
 
 def check_modules(spec, setup, linears) -> None:
@@ -51,6 +56,18 @@ def check_modules(spec, setup, linears) -> None:
         if bad:
             problems.append(Problem("oft_block_size", f"{{oft_block_size}} {setup.oft_block_size} does not divide the "
                                     f"input width {', '.join(map(str, bad))} of the adapted modules (PEFT refuses it)"))
+    if setup.method == "osf":
+        narrow = sorted({min(lin.d_in, lin.d_out) for lin in linears if min(lin.d_in, lin.d_out) <= setup.lora_rank})
+        if narrow:
+            problems.append(Problem("lora_rank", f"{{lora_rank}} {setup.lora_rank}: OSF's trainable rank must leave a "
+                                    f"frozen rank (effective_rank > 0) below min(out, in) = {narrow[0]}"))
+    if setup.method == "llama-adapter" and not setup.recipe.startswith("litgpt"):
+        from .litgpt_adapter import PEFT_MODEL_TYPES
+
+        if spec.model_type not in PEFT_MODEL_TYPES:
+            problems.append(Problem("method", f"{{method}} llama-adapter: PEFT's adaption_prompt supports "
+                                              f"{', '.join(PEFT_MODEL_TYPES)} attention, not {spec.model_type}'s "
+                                              "(or use {recipe} litgpt)"))
     if setup.method == "fourierft":
         small = sorted({lin.d_in * lin.d_out for lin in linears if lin.d_in * lin.d_out < setup.n_frequency})
         if small:
@@ -104,6 +121,23 @@ METHODS = {m.name: m for m in (
            "their gradients and optimizer state; every other layer saves what a frozen layer does",
            "LMFlow src/lmflow/pipeline/utils/lisa_trainer.py DynamicLayerActivationCallback; ms-swift "
            "DynamicLayerActivationCallback (same switch_active_layers)"),
+    Method("osf", "an SVD split of each weight: trainable U_low (out x r), S_low (r), V_low (r x in) and frozen "
+           "copies of them, plus the frozen top singular vectors on the non-square side (U_high out x (min - r) "
+           "when out > in, V_high (min - r) x in when in > out); saves the cast input, the 2r-wide product and "
+           "the concatenated factors A (out x 2r) and B (2r x in)",
+           "tuners/osf/layer.py OSFLayer.update_layer:100-164, Linear.forward:316-354"),
+    Method("tinylora", "a 64-entry vector per module (u) mixing fixed random r x r projections P; frozen SVD "
+           "factors A (r x in), B (out x r) and P (u x r x r); saves only the r-wide product",
+           "tuners/tinylora/layer.py TinyLoraLayer._init_svd:187-228, Linear.forward:375-417"),
+    Method("llama-adapter", "from layer 2 on, a trainable 10 x hidden prompt and a gate per layer; the first two "
+           "layers save nothing. LitGPT (--recipe litgpt*): a per-head gate, the prompt's second SDPA saves its "
+           "output and logsumexp; elsewhere PEFT's adaption_prompt: a scalar gate, recomputed rotary queries and an "
+           "eager fp32 softmax over the prompt",
+           "LitGPT lit_gpt/adapter.py CausalSelfAttention.scaled_dot_product_attention:119-149 (lit-gpt@0f021f3a); "
+           "tuners/adaption_prompt/layer.py AdaptedAttention.forward"),
+    Method("llama-adapter-v2", "LLaMA-Adapter plus a trainable bias and scale (out each) on every Linear and lm_head "
+           "and trainable norms; each Linear keeps its pre-scale output (lm_head: vocabulary-wide logits)",
+           "LitGPT lit_gpt/adapter_v2.py AdapterV2Linear.forward, adapter_filter (lit-gpt@0f021f3a)"),
     Method("prefix", "a (virtual tokens x 2 x layers x kv width) embedding fed as past key/values: attention "
            "keys and values are s + virtual tokens long and take a mask", "tuners/prefix_tuning/model.py, "
            "peft_model.py get_prompt"),
@@ -174,13 +208,26 @@ def module_tensors(method: str, d_in: int, d_out: int, rank: int, feedforward: b
         return (d_in * rank, d_out)
     if method == "fourierft":
         return (rank,)                                            # fourierft_spectrum: n_frequency entries
+    if method == "osf":
+        return (d_out * rank, rank, rank * d_in)                  # osf_svd_params U_low, S_low, V_low
+    if method == "tinylora":
+        return (TINYLORA_U,)                                      # tinylora_v, one group per module
     return ()
 
 
 def module_frozen_params(method: str, d_in: int, d_out: int, rank: int) -> int:
-    """Frozen adapter elements per module: LoRA-FA's A."""
+    """Frozen adapter elements per module: LoRA-FA's A; OSF's initial U/S/V_low and the stored high subspace;
+    TinyLoRA's SVD factors and projections (buffers cast with the adapter: tuners_utils.py cast_adapter_dtype)."""
     if method == "lora-fa":
         return rank * d_in
+    if method == "osf":
+        # _osf_{U,S,V}_low_init; U_high only when out > in, V_high only when in > out (the square side is
+        # recovered from the low-rank init: tuners/osf/layer.py:121-135).
+        high = min(d_in, d_out) - rank
+        return d_out * rank + rank + rank * d_in + (d_out * high if d_out > d_in else 0) + \
+            (high * d_in if d_in > d_out else 0)
+    if method == "tinylora":
+        return rank * d_in + d_out * rank + TINYLORA_U * rank * rank     # tinylora_A, tinylora_B, tinylora_P
     return 0
 
 
@@ -223,14 +270,14 @@ def _saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: in
     if method == "dora":
         # LoRA's saves, then (m/||W|| - 1) * base_result saves base_result (16-bit base output) and
         # m/||W|| * lora_result saves lora_result (the adapter's output, in the matmul dtype).
-        lora = (d_in * mm if (autocast or in_bytes != ad) else 0) + mm * rank
-        shared = d_in * ad if not autocast and in_bytes == ad else 0
+        lora = (d_in * mm if input_copied(in_bytes, ad, autocast) else 0) + mm * rank
+        shared = 0 if input_copied(in_bytes, ad, autocast) else d_in * in_bytes
         return lora + d_out * in_bytes + d_out * mm, shared
     if method == "adalora":
         # dropout(x) @ (A * E).T saves x (cast to the adapter dtype, then to 16 bits under autocast) and A*E;
         # the r-wide intermediate is saved for @ B.T; `/ ranknum` saves the out-wide product (layer.py:195).
-        own = (d_in * mm if (autocast or in_bytes != ad) else 0) + mm * rank + mm * d_out
-        shared = d_in * ad if not autocast and in_bytes == ad else 0
+        own = (d_in * mm if input_copied(in_bytes, ad, autocast) else 0) + mm * rank + mm * d_out
+        shared = 0 if input_copied(in_bytes, ad, autocast) else d_in * in_bytes
         return own, shared
     if method == "ia3":
         # Feed-forward: (x.to(l.dtype) * l) saves the cast input (x itself when already in l's dtype);
@@ -255,11 +302,29 @@ def _saved_per_token(method: str, d_in: int, d_out: int, rank: int, in_bytes: in
         if in_bytes == delta:
             return 0, d_in * in_bytes
         return d_in * (2 if autocast else delta), 0
+    if method == "osf":
+        # x_cast = x.to(A.dtype); h = F.linear(x_cast, B) saves x_cast (B trains): the input itself when it already
+        # has the adapter dtype (shared), else a per-module cast (16-bit under autocast); F.linear(h, A) saves the
+        # 2r-wide h (tuners/osf/layer.py:343-349).
+        own = (d_in * mm if input_copied(in_bytes, ad, autocast) else 0) + mm * 2 * rank
+        shared = 0 if input_copied(in_bytes, ad, autocast) else d_in * in_bytes
+        return own, shared
+    if method == "tinylora":
+        # F.linear(x, A) with A frozen saves no input; F.linear(h, R) saves h (r) for R's gradient; B is frozen
+        # (tuners/tinylora/layer.py:408-410).
+        return mm * rank, 0
     if method == "vera":
         # x cast to lambda's dtype; F.linear(x, A) saves only the (16-bit) A slice (A is frozen); lambda_d * h
         # saves h (r); F.linear(.., B) saves the B slice; lambda_b * out saves out.
         return mm * rank + mm * d_out, 0
     raise AssertionError(method)
+
+
+def input_copied(in_bytes: int, adapter_bytes: int, autocast: bool) -> bool:
+    """Whether an adapter's first matmul saves its own copy of the module input rather than the input itself: the
+    input is cast to the adapter's dtype (`x.to(lora_A.weight.dtype)`, a copy when the dtypes differ), and under
+    autocast the matmul casts fp32 operands to 16 bits (a no-op on a 16-bit input with 16-bit adapters)."""
+    return in_bytes != adapter_bytes or (autocast and adapter_bytes != 2)
 
 
 def autocast_cast_elements(method: str, d_in: int, d_out: int, rank: int) -> int:
@@ -303,6 +368,14 @@ def saved_per_module(method: str, d_in: int, d_out: int, rank: int, autocast: bo
         return indices, d_in * d_out * (2 if autocast else _delta_bytes(method, adapter_bytes, autocast))
     if method == "vera":
         return 0, (rank * (d_in + d_out) * mm if autocast else 0)   # autocast casts of the sliced A and B
+    if method == "osf":
+        # A = cat(U_low * S_low, -U_low_init * S_low_init) (out x 2r) is saved by F.linear(h, A) for h's gradient;
+        # B = cat(V_low, V_low_init) (2r x in) by F.linear(x_cast, B) for x's (tuners/osf/layer.py:343-349). Both
+        # are new tensors (cat), in the matmul dtype.
+        return d_out * 2 * rank * mm, 2 * rank * d_in * mm
+    if method == "tinylora":
+        # The frozen A and B buffers are saved by reference; under autocast F.linear saves their 16-bit casts.
+        return (d_out * rank * 2 if autocast else 0), (rank * d_in * 2 if autocast else 0)
     if method == "oft":
         # The Cayley-Neumann series (5 terms, OFTConfig default) saves the skew matrix and the bmm operands of its
         # powers, six (in / block) x block x block tensors, and the einsum keeps the rotation for x's gradient
@@ -317,10 +390,15 @@ def saved_per_module(method: str, d_in: int, d_out: int, rank: int, autocast: bo
     return 0, 0
 
 
-def extra_params(spec, method: str, rank: int, virtual_tokens: int, linears) -> tuple[tuple[tuple[int, int], ...], int]:
+def extra_params(spec, method: str, rank: int, virtual_tokens: int, linears,
+                 peft: bool = False) -> tuple[tuple[tuple[int, int], ...], int]:
     """Adapter tensors that do not belong to one Linear: ((elements, count) of trainable tensors, frozen elements).
     `linears`: the adapted Linears of one layer (VeRA sizes its shared projections by the largest)."""
     h, p, L = spec.hidden_size, virtual_tokens, spec.num_layers
+    if method in ("llama-adapter", "llama-adapter-v2"):
+        from . import litgpt_adapter
+
+        return litgpt_adapter.extra_params(spec, method, peft), 0
     if method == "vera" and linears:
         # vera_A (r x max in) and vera_B (max out x r), one frozen pair for the whole model (tuners/vera/model.py
         # _init_vera_A_vera_B), kept as buffers.
@@ -355,10 +433,12 @@ def first_layer_input_trains(method: str) -> bool:
 
 
 def own_dtype(method: str) -> bool:
-    """The adapter keeps its base module's dtype: LN tuning's norm copies are deepcopies of the 16-bit norms, and
-    get_peft_model leaves them so (checked on the model peft 0.21.2 builds: the ln_tuning_layers weights are bf16
+    """The adapter keeps its base module's dtype: LLaMA-Adapter's prompt and gate (PEFT creates them in q_proj's
+    weight dtype, adaption_prompt/layer.py AdaptedAttention.__init__, and leaves them: they are no tuner layer that
+    cast_adapter_dtype visits; LitGPT trains in the model's dtype); LN tuning's norm copies are deepcopies of the
+    16-bit norms, and get_peft_model leaves them so (checked on the model peft 0.21.2 builds: the ln_tuning_layers weights are bf16
     for a bf16 model, unlike the fp32 adapters tuners_utils.py cast_adapter_dtype makes of LoRA-type layers)."""
-    return method == "ln-tuning"
+    return method in ("ln-tuning", "llama-adapter", "llama-adapter-v2")
 
 
 def extra_cast_elements(spec, method: str) -> int:
@@ -407,7 +487,9 @@ def assumption(setup, stack) -> str:
     knobs = {"oft": f"block size {setup.oft_block_size}", "boft": f"block size {setup.oft_block_size}",
              "fourierft": f"n_frequency {setup.n_frequency}", "ia3": "",
              "prefix": f"{setup.num_virtual_tokens} virtual tokens", "prompt": f"{setup.num_virtual_tokens} "
-             "virtual tokens", "ptuning": f"{setup.num_virtual_tokens} virtual tokens", "ln-tuning": ""}
+             "virtual tokens", "ptuning": f"{setup.num_virtual_tokens} virtual tokens", "ln-tuning": "",
+             "osf": f"trainable rank {setup.lora_rank}", "llama-adapter": "", "llama-adapter-v2": "",
+             "tinylora": f"SVD rank {setup.lora_rank}, u {TINYLORA_U}"}
     knob = knobs.get(setup.method, f"rank {setup.lora_rank}")
     return (f"{setup.method}{' ' + knob if knob else ''}{where}, adapters in "
             f"{'fp32' if stack.adapter_bytes == 4 else '16-bit'}: {method.keeps} (peft 0.21.2 {method.source})")

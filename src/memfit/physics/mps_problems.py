@@ -7,7 +7,7 @@ from ..options import BNB_OPTIMIZERS, MLX_QUANTS
 
 # bitsandbytes optimizers outside BNB_OPTIMIZERS (physics/optimizers.py: GaLore's AdamW8bit and Lion8bit are
 # bitsandbytes Optimizer2State / Optimizer1State).
-_BNB_BACKED = BNB_OPTIMIZERS + ("galore-8bit", "lion-8bit")
+_BNB_BACKED = BNB_OPTIMIZERS + ("galore-8bit", "q-galore", "lion-8bit")
 
 
 def mps_problems(setup) -> list[Problem]:

@@ -14,6 +14,11 @@ Sources (PyPI wheels, read 2026-12):
 - transformers 5.24.0 trainer_optimizer.py:351-381 (galore_* defaults rank 128, update_proj_gap 200, scale 0.25,
   proj_type std), :384-410 (apollo_adamw: rank 128, random projection, channel scaling), :101-158 (target
   modules are nn.Linear only; everything else is a plain group of the same optimizer).
+- q-galore-torch 1.0: q_galore_adamw8bit.py:11-13 (bitsandbytes Optimizer2State, 8-bit blockwise), :65-119 (the
+  step: project, p.saved_data = p.data.clone(), p.data = p.grad = the projected gradient, update, project_back),
+  q_galore_projector.py:31-107 (std projection, dequantized for every use), :148-168 (_quantize: uint8 with a
+  scale and a zero point per group of quant_group_size, in the projection's dtype). Its weight path
+  (`p.float_grad`, INT8 weights) needs the QLinear of VITA-Group/Q-GaLore's training code, not in the package.
 - apollo-torch 1.0.3: apollo_torch/apollo.py:113-182, random_projector.py:139-174 (seeded randn projection,
   stored in the param dtype).
 - torch 2.13.0 torch/optim/_muon.py:31-70 (Newton-Schulz in bf16), :130-133 (2-D params only), :155-160
@@ -115,6 +120,8 @@ class OptimizerFacts:
     # what the loop's locals keep of a tensor's update while the next tensor is processed (a Python for-loop
     # reassigns `update`, `denom`, ... only when it reaches them again)
     leftover: Callable[[Shape, int, Knobs], int] = lambda s, p, k: 0
+    # what a tensor's update releases for the rest of the step (a gradient replaced by a smaller one)
+    frees: Callable[[Shape, int, Knobs], int] = lambda s, p, k: 0
     grads_freed_in_backward: bool = False
     full_only: bool = False           # projects or classifies full weight matrices: method full
     targets_last: bool = False        # the Trainer's low-rank groups: the projected matrices after everything else
@@ -199,6 +206,52 @@ def _galore8_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
     # freed); project_back and * scale are full size. Read from the source only: bitsandbytes' CPU path is not
     # its CUDA kernel, so tests/test_optimizers.py checks this state but not these temporaries.
     return max(p * s.numel + 2 * p * r * big, p * (2 * s.numel + r * big), _svd_temp(s, p, r))
+
+
+# -- Q-GaLore ----------------------------------------------------------------------------------------------------
+
+# The quantization group of the stored projection: ms-swift galore_proj_group_size, axolotl qgalore_proj_group_size
+# and VITA-Group/Q-GaLore run_pretrain.py --proj_group_size all default to 256. The bit width (4 or 8) does not
+# change the storage: _quantize returns uint8 either way (q_galore_projector.py:166).
+QGALORE_GROUP = 256
+
+
+def _qgalore_projection(r: int, small: int, p: int) -> int:
+    """The stored projection: uint8 codes, a scale and a zero point per group (param dtype), and the first
+    singular vector kept for the adaptive refresh (past_ortho_vector, q_galore_projector.py:45/74)."""
+    n = r * small
+    return n + 2 * p * -(-n // QGALORE_GROUP) + p * small
+
+
+def _qgalore_state(s: Shape, p: int, k: Knobs) -> int:
+    if not _low_rank_target(s):
+        return _bnb8(s.numel, 2) * s.count
+    r, big, small = _projected(s, k.galore_rank)
+    return (_bnb8(r * big, 2) + _qgalore_projection(r, small, p)) * s.count
+
+
+def _qgalore_frees(s: Shape, p: int, k: Knobs) -> int:
+    """p.grad = grad (q_galore_adamw8bit.py:91): each target's full gradient is replaced by its r x big projection
+    for the rest of the step."""
+    if not _low_rank_target(s):
+        return 0
+    r, big, _ = _projected(s, k.galore_rank)
+    return p * (s.numel - r * big)
+
+
+def _qgalore_temp(s: Shape, p: int, k: Knobs, prev: int) -> int:
+    if not _low_rank_target(s):
+        return 0
+    r, big, small = _projected(s, k.galore_rank)
+    # q_galore_adamw8bit.py:79-85: the projected gradient (r x big) and the dequantized projection, then the weight's
+    # clone and grad.clone() with the full gradient alive. p.data = ... drops the old weight (the clone becomes it)
+    # and p.grad = grad the full gradient; project_back (q_galore_projector.py:93-107) then makes the full-size
+    # product and its * scale with the dequantized projection alive. The refresh (SVD of an fp32 copy) runs
+    # first, with the full gradient alive, as in GaLore.
+    project = p * (r * big + 2 * r * small)
+    clone = p * (s.numel + 2 * r * big)
+    back = p * (s.numel + 2 * r * big + r * small)
+    return max(project, clone, back, _svd_temp(s, p, r) + p * 2 * r * small)
 
 
 # -- APOLLO ------------------------------------------------------------------------------------------------------
@@ -349,6 +402,11 @@ OPTIMIZER_FACTS: dict[str, OptimizerFacts] = {f.name: f for f in (
     OptimizerFacts("galore-8bit", "galore-torch 1.0 GaLoreAdamW8bit (bitsandbytes 0.50.2)", "as galore with the "
                    "moments in bitsandbytes blockwise 8 bits (fp32 below 4096 elements)", _galore8_state,
                    _galore8_temp, full_only=True, bnb=True, shared_bytes=2 * BNB_QMAP_BYTES, targets_last=True),
+    OptimizerFacts("q-galore", "q-galore-torch 1.0 QGaLoreAdamW8bit (bitsandbytes blockwise state)",
+                   "as galore-8bit with the projection stored as uint8 with a scale and zero point per 256 entries "
+                   "(weights stay 16-bit: Q-GaLore's INT8 weights need its training code's QLinear)",
+                   _qgalore_state, _qgalore_temp, frees=_qgalore_frees, full_only=True, bnb=True,
+                   shared_bytes=2 * BNB_QMAP_BYTES, targets_last=True),
     OptimizerFacts("apollo", "apollo-torch 1.0.3 APOLLOAdamW", "Adam moments of a rank-r random projection of "
                    "each decoder matrix's gradient + the projection; plain Adam moments elsewhere",
                    _apollo_state, _apollo_temp, _low_rank_leftover(lambda k: k.apollo_rank), full_only=True,
@@ -406,10 +464,11 @@ def step_temp_bytes(spec: ModelSpec, setup, stack: Stack) -> tuple[int, str]:
     facts = OPTIMIZER_FACTS[setup.optimizer]
     p = stack.weight_bytes if stack.base_trainable else stack.adapter_bytes
     k = knobs_for(spec, setup)
-    largest, prev = 0, 0
+    largest, prev, freed = 0, 0, 0
     for s in step_order(spec, stack, facts):
-        largest = max(largest, facts.step_temp(s, p, k, prev))
+        largest = max(largest, facts.step_temp(s, p, k, prev) - freed)
         prev = facts.leftover(s, p, k)
+        freed += facts.frees(s, p, k)
     where = "inside backward" if facts.grads_freed_in_backward else "inside optimizer.step()"
     return largest, f"{facts.package}: one tensor at a time {where}; the largest tensor's temporaries"
 
@@ -428,7 +487,8 @@ def layer_step_temp_bytes(spec: ModelSpec, setup, stack: Stack) -> int:
 
 
 IN_BACKWARD = tuple(name for name, f in OPTIMIZER_FACTS.items() if f.grads_freed_in_backward)
-_KNOB_OPTIMIZERS = {"galore_rank": ("galore", "galore-8bit"), "apollo_rank": ("apollo",), "muon_params": ("muon",)}
+_KNOB_OPTIMIZERS = {"galore_rank": ("galore", "galore-8bit", "q-galore"), "apollo_rank": ("apollo",),
+                    "muon_params": ("muon",)}
 
 
 def optimizer_problems(setup) -> list[Problem]:

@@ -42,6 +42,7 @@ bitsandbytes' 4-bit layers do, so the layer walk in physics/activations.py is th
 
 from __future__ import annotations
 
+from ..options import LITGPT_METHODS
 from ..params import layer_linears
 from ..recipes import RECIPES
 from ..setup import TrainingSetup
@@ -94,7 +95,7 @@ def saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -
 
     int8 saves its input A: the tensor lora_A saves too when LoRA dropout is 0 (then nothing new), else one
     copy per distinct input. AWQ saves ``x.half()``: a new fp16 tensor per linear when the input is not fp16."""
-    if setup.method != "qlora":
+    if setup.method != "qlora" and not bnb4_saves_input(setup):
         return 0
     linears = _quantized(spec)
     if bnb4_saves_input(setup):
@@ -105,7 +106,7 @@ def saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -
         widths = {key(lin): lin.d_in * lin.copies for lin in linears}
         # Inputs lora_A already saves: the same tensor when dropout is 0 (the walk counts it there).
         lora_read = {key(lin) for lin in linears if set(lin.parts) & set(setup.lora_targets)} \
-            if setup.lora_dropout == 0 else set()
+            if setup.lora_dropout == 0 and setup.method == "qlora" else set()
         return sum(width for k, width in widths.items() if k not in lora_read) * stack.compute_bytes
     if setup.quant == "int8" and setup.lora_dropout > 0:
         return sum(_distinct_inputs(linears).values()) * stack.compute_bytes
@@ -142,7 +143,8 @@ def head_saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Sta
 
 def bnb4_saves_input(setup: TrainingSetup) -> bool:
     """Whether the setup's stack runs a bitsandbytes 4-bit kernel that keeps its input (< 0.43.2)."""
-    return (setup.method == "qlora" and setup.quant in ("nf4", "nf4-dq", "fp4")
+    # LitGPT's LLaMA-Adapter on a --quantize bnb.* base runs the same kernel (its frozen Linears are bnb Linear4bit).
+    return ((setup.method == "qlora" or setup.method in LITGPT_METHODS) and setup.quant in ("nf4", "nf4-dq", "fp4")
             and RECIPES[setup.recipe or "hf"].bnb4_saves_input)
 
 

@@ -13,7 +13,7 @@ from ..options import LINEAR_ADAPTER_METHODS
 from ..recipes import get_recipe
 from ..setup import TrainingSetup
 from ..spec import ModelSpec
-from . import adapters, moe
+from . import adapters, litgpt_adapter, moe
 from .lora_outer import outer_linears
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
         notes.append("fp16 weights under bf16 autocast (Trainer bf16=True): every matmul casts its weight and "
                      "input to bf16, the weight copies stay alive until backward, and the residual stream "
                      "becomes fp32 (bf16 + fp16 promotes)")
-    adapter_bytes = 4 if recipe.adapter_fp32 else (2 if setup.quantized_base else weight_bytes)
+    adapter_bytes = 4 if setup.adapter_fp32 else (2 if setup.quantized_base else weight_bytes)
     if adapters.own_dtype(setup.method):
         adapter_bytes = weight_bytes
     if zero_dtype:
@@ -190,6 +190,8 @@ def resolve_stack(spec: ModelSpec, setup: TrainingSetup) -> Stack:
     lora_layers = spec.num_layers
     if setup.method == "lisa":
         lora_layers = min(setup.lisa_layers, spec.num_layers)       # the layers active in one interval
+    elif setup.method == "llama-adapter":
+        lora_layers = litgpt_adapter.adapted_layers(spec)            # layers 0-1 save nothing (no gradient)
     elif setup.train_layers and setup.method != "full":
         # PEFT layers_to_transform / mlx-lm --num-layers: adapters on the last N layers only.
         lora_layers = min(setup.train_layers, spec.num_layers)
@@ -217,6 +219,6 @@ BNB4_QUANTS = ("nf4", "nf4-dq", "fp4")
 def _extras(spec: ModelSpec, setup: TrainingSetup, lora_modules: tuple[LoraModule, ...]) -> dict:
     adapters.check_modules(spec, setup, [m.linear for m in lora_modules])
     trainable, frozen = adapters.extra_params(spec, setup.method, setup.lora_rank, setup.num_virtual_tokens,
-                                              [m.linear for m in lora_modules])
+                                              [m.linear for m in lora_modules], litgpt_adapter.is_peft(setup))
     return dict(extra_trainable=trainable, extra_frozen_params=frozen, quantized=setup.quantized_base,
                 lora_dropout=setup.lora_dropout)

@@ -1,4 +1,5 @@
-"""Training configs of six tools (ms-swift's in swift.py), read into a memfit setup, with each tool's own key names and defaults.
+"""Training configs of six tools (ms-swift's in swift.py) and PEFT's adapter_config.json (preflight/peft_methods.py),
+read into a memfit setup, with each tool's own key names and defaults.
 
 Each reader returns a Mapped: the model reference, the TrainingSetup arguments, which keys were used, which
 defaults were assumed (the tool's own, cited), which keys were ignored because they do not affect memory, notes
@@ -22,14 +23,15 @@ from pathlib import Path
 from ..errors import InvalidSetupError
 from ..options import ALL_TARGETS, BY_NAME, SETUP_OPTIONS, normalize, parse_targets
 from .long_context import read_long_context
+from .peft_methods import axolotl_method, llamafactory_method, read_peft
 from .trainers import read_trainer_keys
 from .reader import (ATTENTION_NAMES, Reader, is_file, one_line, quant4, read_attention, read_deepspeed, read_fsdp,
                      read_precision, show)
 
-FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx", "ms-swift")
+FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "mlx", "ms-swift", "peft")
 # The key that names the model (torchtune names a builder, mapped to a catalog model below).
 MODEL_KEYS = {"axolotl": "base_model", "llamafactory": "model_name_or_path", "torchtune": "model._component_",
-              "trl": "model_name_or_path", "mlx": "model", "ms-swift": "model"}
+              "trl": "model_name_or_path", "mlx": "model", "ms-swift": "model", "peft": "base_model_name_or_path"}
 
 
 @dataclass
@@ -58,6 +60,8 @@ _SWIFT_KEYS = ("tuner_type", "train_type", "ENV", "quant_bits", "quant_method", 
 
 
 def detect_format(data: dict) -> str:
+    if "peft_type" in data:
+        return "peft"                  # a PEFT adapter_config.json (preflight/peft_methods.py)
     if any(isinstance(v, dict) and "_component_" in v for v in data.values()):
         return "torchtune"
     if "base_model" in data:
@@ -74,7 +78,7 @@ def detect_format(data: dict) -> str:
     if "model_name_or_path" in data or "per_device_train_batch_size" in data:
         return "trl"
     raise InvalidSetupError("cannot tell which tool this config is for (axolotl, LLaMA-Factory, torchtune, "
-                            "TRL / HF Trainer, mlx-lm, ms-swift): pass --format-of")
+                            "TRL / HF Trainer, mlx-lm, ms-swift, a PEFT adapter_config.json): pass --format-of")
 
 # ---- axolotl (0.18.0) ---------------------------------------------------------------------------------------------
 def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
@@ -87,6 +91,12 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
         # Not a guess at full fine-tuning: axolotl itself refuses an adapter it has no builder or plugin for
         # (utils/schemas/peft.py LoraConfig.validate_adapter), and a number names none.
         r.problem("adapter", f"must be lora or qlora (or left out to train every weight), got {show(adapter)}")
+    elif adapter and adapter.strip().lower() == "llama-adapter":
+        # axolotl builds it as PEFT's AdaptionPromptConfig with peft_adapter.len / .layers (loaders/adapter.py:
+        # 434-470); memfit's llama-adapter fixes LitGPT's 10 prompt positions on all but the first two layers.
+        r.problem("adapter", "llama-adapter (PEFT's adaption_prompt) is not read from axolotl's peft_adapter "
+                             "settings: memfit estimate --method llama-adapter prices 10 prompt positions on all but "
+                             "the first two layers")
     elif adapter and adapter.strip().lower() not in ("lora", "qlora"):
         r.problem("adapter", f"{adapter!r} is not modelled (memfit models lora and qlora, or no adapter to train "
                              f"every weight)")
@@ -138,6 +148,7 @@ def read_axolotl(data: dict, base_dir=None, lines=None) -> Mapped:
              "seq_len": r.setting("seq_len", 512),
              "grad_accum": r.setting("grad_accum", 1), "grad_ckpt": ckpt,
              "recipe": "axolotl"}
+    setup["method"] = method = axolotl_method(r, method, setup)        # peft_use_dora (preflight/peft_methods.py)
     if ckpt and str(r.get("gradient_checkpointing")).lower().startswith("offload"):
         setup["ckpt_offload"] = True
     if quant:
@@ -186,8 +197,6 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
     model = r.text(MODEL_KEYS["llamafactory"], what="a model name or path")
     # hparams/finetuning_args.py: finetuning_type: Literal["lora", "oft", "freeze", "full"] = "lora".
     ftype = r.choice("finetuning_type", ("lora", "oft", "freeze", "full"), "lora", "LLaMA-Factory's methods")
-    if ftype in ("oft", "freeze"):
-        r.problem("finetuning_type", f"{ftype} is not modelled yet (memfit models lora and full)")
     qbit = r.int("quantization_bit")
     method, quant = ("full" if ftype == "full" else "lora"), None
     if qbit is not None:
@@ -216,6 +225,8 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
              "grad_accum": r.setting("grad_accum", 1),
              # LLaMA-Factory checkpoints by default: disable_gradient_checkpointing defaults to false.
              "grad_ckpt": not r.flag("disable_gradient_checkpointing"), "recipe": "hf"}
+    # oft, freeze, use_dora, use_rslora, pissa_init (preflight/peft_methods.py)
+    setup["method"] = method = llamafactory_method(r, ftype, method, setup)
     if quant:
         setup["quant"] = quant
     defaults = [f"{k} not set: LLaMA-Factory's default {v}" for k, v in (
@@ -227,9 +238,11 @@ def read_llamafactory(data: dict, base_dir=None, lines=None) -> Mapped:
     setup["optimizer"] = r.setting("optimizer", "adamw")
     if not r.has("optim"):
         defaults.append("optim not set: adamw_torch (foreach AdamW on CUDA)")
-    if method != "full":
+    if method in BY_NAME["lora_rank"].methods:
         setup["lora_rank"] = r.setting("lora_rank", 8)
+    if method in BY_NAME["lora_dropout"].methods:
         setup["lora_dropout"] = r.setting("lora_dropout", 0.0)
+    if method != "full":
         target = r.get("lora_target", "all")
         targets = r.option_value("lora_target", "lora_targets", "all-linear" if target == "all" else target)
         if targets:
@@ -494,4 +507,4 @@ def _read_swift(data: dict, base_dir=None, lines=None) -> Mapped:
 
 
 READERS = {"axolotl": read_axolotl, "llamafactory": read_llamafactory, "torchtune": read_torchtune,
-           "trl": read_trl, "mlx": read_mlx, "ms-swift": _read_swift}
+           "trl": read_trl, "mlx": read_mlx, "ms-swift": _read_swift, "peft": read_peft}

@@ -28,6 +28,13 @@ def require_trace_extra() -> None:
 def trace(spec, setup, steps: int = 2, progress: bool = False):
     """Trace `steps` optimizer steps and return the peak as an Estimate (kind='trace')."""
     require_trace_extra()
+    from ..options import LITGPT_METHODS
+
+    if setup.method in LITGPT_METHODS and setup.recipe.startswith("litgpt"):
+        from ..errors import SourceError
+
+        raise SourceError(f"method {setup.method} under recipe {setup.recipe} is LitGPT's own model, which the trace "
+                          "(transformers + PEFT) does not build; `memfit estimate` gives the analytic estimate")
     if getattr(setup, "trainer", "sft") != "sft":
         from .trainers import trace_trainer     # TRL's own preference losses (needs trl)
 

@@ -57,6 +57,17 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack, model=None)
         return peft.BOFTConfig(boft_block_size=setup.oft_block_size, boft_block_num=0, **common)
     if method == "fourierft":
         return peft.FourierFTConfig(n_frequency=setup.n_frequency, **common)
+    if method == "osf":
+        # memfit's rank is OSF's trainable rank: effective_rank (the frozen top of the SVD) = min(out, in) - r per
+        # module, set per module name through rank_pattern (tuners/osf/model.py), as PEFT's MetaMathQA
+        # experiment osf/llama-3.2-3B-rank128 does.
+        from ..params import layer_linears
+
+        widths = {lin.name: min(lin.d_in, lin.d_out) for lin in layer_linears(spec)}
+        pattern = {name: widths[name.rsplit(".", 1)[-1]] - r for name in names}
+        return peft.OSFConfig(rank_pattern=pattern, **common)
+    if method == "tinylora":
+        return peft.TinyLoraConfig(r=r, **common)
     if method == "ln-tuning":
         # target_modules None: PEFT's own per-family norm list (peft 0.21.2 utils/constants.py
         # TRANSFORMERS_MODELS_TO_LNTUNING_TARGET_MODULES_MAPPING, llama: input_layernorm, post_attention_layernorm,
@@ -67,6 +78,12 @@ def peft_config(spec: ModelSpec, setup: TrainingSetup, stack: Stack, model=None)
         # physics/adapters.py counts them.
         return peft.LNTuningConfig(task_type="CAUSAL_LM",
                                    target_modules=None if spec.model_type in known else _norm_names(model))
+    if method == "llama-adapter":
+        # PEFT's LLaMA-Adapter with LitGPT's prompt length and first adapted layer (physics/litgpt_adapter.py).
+        from ..physics.litgpt_adapter import PROMPT_LENGTH
+
+        return peft.AdaptionPromptConfig(adapter_len=PROMPT_LENGTH, adapter_layers=stack.lora_layers,
+                                         task_type="CAUSAL_LM")
     n = setup.num_virtual_tokens
     if method == "prompt":
         return peft.PromptTuningConfig(num_virtual_tokens=n, task_type="CAUSAL_LM")
@@ -113,6 +130,14 @@ def apply(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
         # Keep the reference as a plain attribute: the forward still finds it, to_empty visits the module once.
         embedding = model._modules.pop("word_embeddings")
         object.__setattr__(model, "word_embeddings", embedding)
+    if setup.method == "tinylora":
+        # Every TinyLoRA layer registers the tuner's one ModuleDict of vectors as its own submodule
+        # (tuners/tinylora/layer.py update_layer: self.tinylora_v = tinylora_v); under FakeTensorMode to_empty cannot
+        # swap a parameter it reaches through several modules. Keep the layers' references as plain attributes: the
+        # forward still finds them, and the tuner model's registration materializes each vector once.
+        for module in model.modules():
+            if "tinylora_v" in module._modules and hasattr(module, "_tinylora_v_key"):
+                object.__setattr__(module, "tinylora_v", module._modules.pop("tinylora_v"))
     if setup.method == "lora-fa":
         for name, p in model.named_parameters():
             if ".lora_A." in name:

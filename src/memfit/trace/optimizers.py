@@ -19,10 +19,11 @@ from torch import nn
 
 from ..errors import MissingExtraError
 
-PACKAGES = {"galore": "galore-torch", "galore-8bit": "galore-torch", "apollo": "apollo-torch",
-            "adam-mini": "adam-mini", "lion": "lion-pytorch", "lion-8bit": "bitsandbytes", "came": "came-pytorch",
+PACKAGES = {"galore": "galore-torch", "galore-8bit": "galore-torch", "q-galore": "q-galore-torch",
+            "apollo": "apollo-torch", "adam-mini": "adam-mini", "lion": "lion-pytorch", "lion-8bit": "bitsandbytes", "came": "came-pytorch",
             "lomo": "lomo-optim", "adalomo": "lomo-optim"}
-_MODULES = {"galore-torch": "galore_torch", "apollo-torch": "apollo_torch", "adam-mini": "adam_mini",
+_MODULES = {"galore-torch": "galore_torch", "q-galore-torch": "q_galore_torch", "apollo-torch": "apollo_torch",
+            "adam-mini": "adam_mini",
             "lion-pytorch": "lion_pytorch", "came-pytorch": "came_pytorch", "lomo-optim": "lomo_optim",
             "bitsandbytes": "bitsandbytes"}
 LR = 1e-5
@@ -98,6 +99,17 @@ def make(name: str, model: nn.Module, setup):
             extra = dict(rank=setup.galore_rank, update_proj_gap=UPDATE_PROJ_GAP, scale=0.25, proj_type="std")
             cls = module.GaLoreAdamW8bit if name == "galore-8bit" else module.GaLoreAdamW
         return cls([{"params": rest}, {"params": matrices, **extra}], lr=LR)
+    if name == "q-galore":
+        # The projection group as ms-swift and axolotl build it (galore_proj_quant on, 4 bits, groups of 256,
+        # cos_threshold 0.4, gamma_proj 2, queue_size 5: q_galore_projector.py's own defaults).
+        from ..physics.optimizers import QGALORE_GROUP
+
+        matrices, rest = low_rank_groups(model)
+
+        extra = dict(rank=setup.galore_rank, update_proj_gap=UPDATE_PROJ_GAP, scale=0.25, proj_type="std", quant=True,
+                     quant_n_bit=4, quant_group_size=QGALORE_GROUP, cos_threshold=0.4, gamma_proj=2, queue_size=5)
+        return _qgalore_on_current_bitsandbytes(
+            module.QGaLoreAdamW8bit([{"params": rest}, {"params": matrices, **extra}], lr=LR))
     if name == "adam-mini":
         config = model.config
         return module.Adam_mini(model.named_parameters(), lr=LR, dim=config.hidden_size,
@@ -120,3 +132,19 @@ def make(name: str, model: nn.Module, setup):
         finally:
             torch.Tensor.cuda = original
     raise KeyError(name)
+
+
+def _qgalore_on_current_bitsandbytes(optimizer):
+    """q-galore-torch 1.0 passes percentile_clipping=100 and block_wise=True positionally to bitsandbytes'
+    Optimizer2State (q_galore_adamw8bit.py:12-13) and reads them back from get_config (:143, :172, :199).
+    bitsandbytes 0.50.2 dropped both (optim/optimizer.py:404-421: max_unorm and skip_zeros now sit in those
+    positions, and get_config has neither key), so the package's first step raises KeyError there. Restore the
+    meaning it was written for: no clipping, no max_unorm, blockwise 8-bit state."""
+    optimizer.args.max_unorm, optimizer.args.skip_zeros = 0.0, False
+    get_config = optimizer.get_config
+
+    def config(gindex, pindex, group):
+        return {**get_config(gindex, pindex, group), "percentile_clipping": 100, "block_wise": True}
+
+    optimizer.get_config = config
+    return optimizer
