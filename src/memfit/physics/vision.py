@@ -26,7 +26,7 @@ LOAD_PHASE = "model load"
 
 IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens")
 UNHOOKED_TOWERS = ("qwen3_vl",)
-CLS_TOWERS = ("llava", "internvl", "llava_next")     # towers with a class token and a projector outside the checkpoints
+CLS_TOWERS = ("llava", "internvl", "llava_next")     # a class token; the projector outside the checkpoints
 PIXEL_BYTES = 4          # the image processors return float32 pixel_values (rescale + normalize in fp32)
 
 
