@@ -1,4 +1,5 @@
-"""The towers and projectors of Qwen2-VL, Qwen3-VL, LLaVA(-1.5, -NeXT, -OneVision) and InternVL, read from their config.json.
+"""The towers and projectors of Qwen2-VL, Qwen3-VL, LLaVA(-1.5, -NeXT, -OneVision) and InternVL, read from their
+config.json.
 
 Each reader returns (VisionSpec, the language model's config) like vision.py's; the exact parameter counts are
 checked against the transformers classes on the meta device (tests/test_vision_more.py). Module layouts cite
@@ -106,7 +107,8 @@ def _clip_tower(config: dict, vc: dict, source: str, family: str) -> tuple[dict,
     # position per patch plus the class token; pre_layrnorm, layers like SigLIP's, post_layernorm);
     # the multimodal projector: Linear(vision h, text h), GELU, Linear(text h, text h), both with bias.
     if vc.get("model_type", "clip_vision_model") != "clip_vision_model":
-        raise SourceError(f"{source}: {family} with a {vc.get('model_type')!r} vision tower is not modelled (CLIP only)")
+        raise SourceError(f"{source}: {family} with a {vc.get('model_type')!r} vision tower is not modelled "
+                          f"(CLIP only)")
     h = _int(vc, "hidden_size", source, 768)
     i = _int(vc, "intermediate_size", source, 3072)
     depth = _int(vc, "num_hidden_layers", source, 12)
