@@ -24,6 +24,9 @@ def test_catalog_entry_counts():
     assert (spec.vision.tower_params, spec.vision.projector_params) == (303_511_552, 20_979_712)
     entry = next(e for e in catalog_entries() if e["slug"] == "llava-v1.6-mistral-7b")
     assert entry["params"] == 7_566_747_648
+    # Vicuna: LLaVA-1.5 7B's tower, projector and language model, plus image_newline.
+    vicuna = load_model("llava-v1.6-vicuna-7b")
+    assert vicuna.vision.params == load_model("llava-1.5-7b").vision.params + 4096 == 324_491_264
 
 
 @pytest.mark.parametrize("width,height", SIZES)
