@@ -115,3 +115,14 @@ def test_checkpointed_real_tower_within_a_mebibyte_and_a_half():
     setup = TrainingSetup(seq_len=64, method="lora", grad_ckpt=True, image_size="800x600")
     gap = estimate(spec, setup).peak_allocated_bytes - trace(spec, setup).peak_allocated_bytes
     assert abs(gap) < 1.5 * 2**20, f"{gap / 2**20:+.2f} MiB"
+
+
+@pytest.mark.parametrize("change", [dict(image_grid_pinpoints=[[336]]), dict(vision_feature_select_strategy="full"),
+                                    dict(vision_config={"model_type": "siglip_vision_model"})])
+def test_unmodelled_configs_are_refused(change):
+    from memfit.errors import SourceError
+
+    entry = next(e for e in catalog_entries() if e["slug"] == "llava-v1.6-mistral-7b")
+    config = dict(json.loads(json.dumps(entry["config"])), **change)
+    with pytest.raises(SourceError):
+        ModelSpec.from_hf_config(config, name="bad-llava-next", source="test")
