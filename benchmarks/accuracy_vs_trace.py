@@ -74,6 +74,12 @@ VLM_CELLS = [
     ("llava-onevision-0.5b", dict(method="lora", batch_size=1, seq_len=256, image_size="800x600")),
     ("llava-onevision-0.5b", dict(method="lora", batch_size=1, seq_len=256, image_size="1280x720", grad_ckpt=True)),
     ("llava-onevision-0.5b", dict(method="full", batch_size=1, seq_len=256, image_size="448x448")),
+    # LLaVA-NeXT: 336 px CLIP tiles on the any-res grid + the base image (fp16 checkpoint: pure bf16, as LLaVA-1.5).
+    ("llava-v1.6-mistral-7b", dict(method="lora", batch_size=1, seq_len=256, image_size="800x600", precision="bf16")),
+    ("llava-v1.6-mistral-7b", dict(method="lora", batch_size=1, seq_len=512, image_size="1280x720", grad_ckpt=True,
+                                   precision="bf16")),
+    ("llava-v1.6-vicuna-7b", dict(method="lora", batch_size=2, seq_len=256, image_size="640x480", images_per_sample=2,
+                                  precision="bf16")),
     # Llama 3.2 Vision: cross-attention to 4 x 1601 vision tokens per image; the tower joins the graph under
     # checkpointing (QLoRA's default), and its eager attention is the forward's peak.
     ("llama-3.2-11b-vision", dict(method="lora", batch_size=1, seq_len=256)),

@@ -16,7 +16,7 @@ from .errors import SourceError, printable, shorten
 
 # The VLM model_types vision.py reads (the tower and projector); others with a text_config read as text models.
 VISION_FAMILIES = ("qwen2_5_vl", "gemma3", "smolvlm", "qwen2_vl", "qwen3_vl", "llava", "internvl",
-                   "llava_onevision", "mllama")
+                   "llava_onevision", "llava_next", "mllama")
 
 # What each transformers model_type builds. Sources: huggingface/transformers src/transformers/models/<type>/
 # modeling_<type>.py (v5.24). mlp: "gated" = act(gate(x)) * up(x) -> down; "plain" = fc2(act(fc1(x))).

@@ -15,7 +15,7 @@ so the language model goes through the same ``ModelSpec`` path as any text model
 - SmolVLM: longest edge resized, cut into 512 px tiles + a global tile, 64 tokens each.
 - InternVL: 448 px tiles on the grid nearest the aspect ratio + a thumbnail, 256 tokens each (vision_tiles.py).
 - LLaVA-OneVision: any-resolution 384 px tiles + the base image, the padding cut off, a newline token per row,
-  pooled above 9 tiles' worth (vision_tiles.py).
+  pooled above 9 tiles' worth (vision_tiles.py). LLaVA-NeXT: the same with 336 px CLIP tiles, never pooled.
 - Llama 3.2 Vision (mllama): no image tokens in the text beyond one <|image|> each; every image is padded to
   max_tiles tiles, and the language model's cross-attention layers attend to tiles x 1601 vision tokens.
 Pure: no torch.

@@ -1,4 +1,5 @@
-"""The towers and projectors of Qwen2-VL, Qwen3-VL, LLaVA(-1.5) and InternVL, read from their config.json.
+"""The towers and projectors of Qwen2-VL, Qwen3-VL, LLaVA(-1.5, -NeXT, -OneVision) and InternVL, read from their
+config.json.
 
 Each reader returns (VisionSpec, the language model's config) like vision.py's; the exact parameter counts are
 checked against the transformers classes on the meta device (tests/test_vision_more.py). Module layouts cite
@@ -99,13 +100,15 @@ def _read_qwen3_vl(config: dict, vc: dict, source: str, processor: dict) -> tupl
     return vision, text
 
 
-def _read_llava(config: dict, vc: dict, source: str, processor: dict) -> tuple[VisionSpec, dict]:
-    # modeling_llava.py: vision_tower = AutoModel.from_config(vision_config) (a CLIPVisionModel for LLaVA-1.5:
-    # modeling_clip.py CLIPVisionEmbeddings has a class embedding, a Conv2d without bias and one position per
-    # patch plus the class token; pre_layrnorm, layers like SigLIP's, post_layernorm);
-    # LlavaMultiModalProjector: Linear(vision h, text h), GELU, Linear(text h, text h), both with bias.
+def _clip_tower(config: dict, vc: dict, source: str, family: str) -> tuple[dict, dict]:
+    """The CLIP tower's sizes and its exact parameter count (LLaVA-1.5, LLaVA-NeXT), with the text config."""
+    # modeling_llava.py / modeling_llava_next.py: vision_tower = AutoModel.from_config(vision_config) (a
+    # CLIPVisionModel: modeling_clip.py CLIPVisionEmbeddings has a class embedding, a Conv2d without bias and one
+    # position per patch plus the class token; pre_layrnorm, layers like SigLIP's, post_layernorm);
+    # the multimodal projector: Linear(vision h, text h), GELU, Linear(text h, text h), both with bias.
     if vc.get("model_type", "clip_vision_model") != "clip_vision_model":
-        raise SourceError(f"{source}: LLaVA with a {vc.get('model_type')!r} vision tower is not modelled (CLIP only)")
+        raise SourceError(f"{source}: {family} with a {vc.get('model_type')!r} vision tower is not modelled "
+                          f"(CLIP only)")
     h = _int(vc, "hidden_size", source, 768)
     i = _int(vc, "intermediate_size", source, 3072)
     depth = _int(vc, "num_hidden_layers", source, 12)
@@ -120,14 +123,39 @@ def _read_llava(config: dict, vc: dict, source: str, processor: dict) -> tuple[V
                           f"image_size that is a multiple of patch_size is modelled")
     per_side = side // p
     layer = 2 * 2 * h + 4 * (h * h + h) + (h * i + i) + (i * h + h)
-    vision = VisionSpec(
-        family="llava", depth=depth, hidden_size=h, intermediate_size=i, num_heads=heads, patch_size=p,
-        merge_size=1, temporal_patch_size=1, in_channels=c, out_hidden_size=out, window_size=0,
-        full_attention_layers=(), image_token_id=_int(config, "image_token_index", source, 32000),
-        tower_params=h + c * p * p * h + (per_side ** 2 + 1) * h + 2 * h + depth * layer + 2 * h,
-        projector_params=h * out + out + out * out + out, min_pixels=0, max_pixels=0, fixed_side=side)
+    sizes = dict(depth=depth, hidden_size=h, intermediate_size=i, num_heads=heads, patch_size=p,
+                 merge_size=1, temporal_patch_size=1, in_channels=c, out_hidden_size=out, window_size=0,
+                 full_attention_layers=(), image_token_id=_int(config, "image_token_index", source, 32000),
+                 tower_params=h + c * p * p * h + (per_side ** 2 + 1) * h + 2 * h + depth * layer + 2 * h,
+                 projector_params=h * out + out + out * out + out, min_pixels=0, max_pixels=0, fixed_side=side)
+    return sizes, text
+
+
+def _read_llava(config: dict, vc: dict, source: str, processor: dict) -> tuple[VisionSpec, dict]:
+    sizes, text = _clip_tower(config, vc, source, "LLaVA")
+    vision = VisionSpec(family="llava", **sizes)
     _carry_dtype(config, text)
     return vision, text
+
+
+def _read_llava_next(config: dict, vc: dict, source: str, processor: dict) -> tuple[VisionSpec, dict]:
+    # modeling_llava_next.py (transformers 5.25): LLaVA-1.5's CLIP tower and projector, plus image_newline (a
+    # text-hidden vector, line 236; counted with the tower like OneVision's), run on every any-res tile and the
+    # base image; configuration_llava_next.py: image_grid_pinpoints default [[336, 672], [672, 336], [672, 672],
+    # [1008, 336], [336, 1008]]. No pooling of large grids (OneVision's anyres_max_N): max_tiles stays 0.
+    sizes, text = _clip_tower(config, vc, source, "LLaVA-NeXT")
+    pinpoints = config.get("image_grid_pinpoints", [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]])
+    sizes["tower_params"] += sizes["out_hidden_size"]
+    vision = VisionSpec(family="llava_next", grid_pinpoints=_pinpoints(pinpoints, source), **sizes)
+    _carry_dtype(config, text)
+    return vision, text
+
+
+def _pinpoints(pinpoints, source: str) -> tuple:
+    if not (isinstance(pinpoints, list) and pinpoints and all(
+            isinstance(q, list) and len(q) == 2 and all(isinstance(v, int) and v > 0 for v in q) for q in pinpoints)):
+        raise SourceError(f"{source}: image_grid_pinpoints must be a list of [height, width] pairs")
+    return tuple(tuple(q) for q in pinpoints)
 
 
 def _read_internvl(config: dict, vc: dict, source: str, processor: dict) -> tuple[VisionSpec, dict]:
@@ -191,9 +219,7 @@ def _read_llava_onevision(config: dict, vc: dict, source: str, processor: dict) 
     _positive(source, h, i, depth, p, side, c, out, heads)
     pinpoints = config.get("image_grid_pinpoints")
     aspect = str(config.get("vision_aspect_ratio", "anyres_max_9"))
-    if not (isinstance(pinpoints, list) and pinpoints and all(
-            isinstance(q, list) and len(q) == 2 and all(isinstance(v, int) and v > 0 for v in q) for q in pinpoints)):
-        raise SourceError(f"{source}: image_grid_pinpoints must be a list of [height, width] pairs")
+    grid = _pinpoints(pinpoints, source)
     if not aspect.startswith("anyres_max_") or not aspect[len("anyres_max_"):].isdigit():
         raise SourceError(f"{source}: vision_aspect_ratio {aspect!r}: only anyres_max_N is modelled")
     if config.get("vision_feature_select_strategy", "full") != "full":
@@ -204,11 +230,11 @@ def _read_llava_onevision(config: dict, vc: dict, source: str, processor: dict) 
         full_attention_layers=(), image_token_id=_int(config, "image_token_index", source, 151646),
         tower_params=_siglip_params(h, i, depth, p, side // p, c) + out,
         projector_params=h * out + out + out * out + out, min_pixels=0, max_pixels=0, fixed_side=side,
-        max_tiles=int(aspect[len("anyres_max_"):]), grid_pinpoints=tuple(tuple(q) for q in pinpoints))
+        max_tiles=int(aspect[len("anyres_max_"):]), grid_pinpoints=grid)
     _carry_dtype(config, text)
     return vision, text
 
 
 READERS = {"qwen2_vl": _read_qwen2_vl, "qwen3_vl": _read_qwen3_vl, "llava": _read_llava, "internvl": _read_internvl,
-           "llava_onevision": _read_llava_onevision}
+           "llava_onevision": _read_llava_onevision, "llava_next": _read_llava_next}
 TEXT_OF = {"qwen2_vl": "qwen2", "qwen3_vl": "qwen3"}

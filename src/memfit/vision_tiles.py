@@ -1,5 +1,5 @@
 """Tiled processors: InternVL's 448 px tiles on the grid nearest the image's aspect ratio, plus a thumbnail; and
-LLaVA-OneVision's any-resolution grid plus the base image (below).
+the any-resolution grid plus the base image of LLaVA-OneVision and LLaVA-NeXT (below).
 
 Mirrors transformers 5.25 models/got_ocr2/image_processing_pil_got_ocr2.py (the image processor InternVL-hf
 uses): get_all_supported_aspect_ratios (lines 60-91), get_optimal_tiled_canvas (lines 94-132) and
@@ -64,7 +64,7 @@ def plan_internvl(vision, image_size: str | None, images: int, min_pixels: int |
                          f"{side * side * tiles:,} tower patches each")
 
 
-# ---- LLaVA-OneVision: any-resolution tiles + the base image ----------------------------------------------------
+# ---- LLaVA-OneVision, LLaVA-NeXT: any-resolution tiles + the base image -------------------------------------------
 def best_resolution(width: int, height: int, pinpoints) -> tuple[int, int]:
     """(height, width) of the grid resolution the processor picks: the most of the image kept, then the least
     padding (transformers 5.25 image_processing_utils.py select_best_resolution, lines 648-690)."""
@@ -81,7 +81,10 @@ def best_resolution(width: int, height: int, pinpoints) -> tuple[int, int]:
 def onevision_tokens(width: int, height: int, tile: int, per_side: int, pinpoints, max_tiles: int) -> tuple[int, int]:
     """(tokens, tiles the tower sees) for one image: processing_llava_onevision.py _get_number_of_features and
     _get_unpadded_features (lines 106-154): the grid's features with the padding cut off, one newline token per
-    row, pooled down when above max_tiles (anyres_max_9) tiles' worth; plus the base image's per_side^2."""
+    row, pooled down when above max_tiles (anyres_max_9) tiles' worth; plus the base image's per_side^2.
+    LLaVA-NeXT (max_tiles 0) is the same without the pooling: processing_llava_next.py _get_number_of_features
+    and _get_unpadded_features (lines 82-122; the class token it adds to the base features, +1, is taken off
+    again for vision_feature_select_strategy "default" in replace_image_token, lines 71-80)."""
     best_h, best_w = best_resolution(width, height, pinpoints)
     rows, cols = per_side * (best_h // tile), per_side * (best_w // tile)
     if width / height > cols / rows:
@@ -91,7 +94,7 @@ def onevision_tokens(width: int, height: int, tile: int, per_side: int, pinpoint
         new_width = int(round(width * (rows / height), 7))
         cols -= (cols - new_width) // 2 * 2
     features, newlines = rows * cols, rows
-    ratio = math.sqrt(rows * cols / (max_tiles * per_side ** 2))
+    ratio = math.sqrt(rows * cols / (max_tiles * per_side ** 2)) if max_tiles else 0
     if ratio > 1.1:
         features, newlines = int(rows // ratio) * int(cols // ratio), int(rows // ratio)
     return features + newlines + per_side ** 2, (best_h // tile) * (best_w // tile) + 1

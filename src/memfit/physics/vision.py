@@ -26,7 +26,7 @@ LOAD_PHASE = "model load"
 
 IMAGE_OPTIONS = ("image_size", "images_per_sample", "max_pixels", "min_pixels", "image_tokens")
 UNHOOKED_TOWERS = ("qwen3_vl",)
-CLS_TOWERS = ("llava", "internvl")       # towers with a class token and a projector outside the checkpoints
+CLS_TOWERS = ("llava", "internvl", "llava_next")     # a class token; the projector outside the checkpoints
 PIXEL_BYTES = 4          # the image processors return float32 pixel_values (rescale + normalize in fp32)
 
 
@@ -210,12 +210,14 @@ def _cls_tower_extras(vision, batch: int, plan: ImagePlan, hidden_bytes: int, au
     side = vision.fixed_side // vision.patch_size
     per_image = plan.patches_per_image // (side * side)            # images or tiles
     positions = batch * plan.images * (plan.patches_per_image + per_image)
-    block_bytes = 4 if (vision.family == "llava" and autocast) else hidden_bytes
+    block_bytes = 4 if (vision.family in ("llava", "llava_next") and autocast) else hidden_bytes
     extra = positions * vision.depth * vision.hidden_size * block_bytes - \
         batch * plan.patches * vision.depth * vision.hidden_size * hidden_bytes
     extra += batch * plan.patches * vision.hidden_size * hidden_bytes
     tokens = batch * plan.tokens
-    extra += tokens * vision.out_hidden_size * hidden_bytes
+    # LLaVA-NeXT projects every tile's patches; the padding is cut after the projector (pack_image_features).
+    gelu_in = batch * plan.patches if vision.family == "llava_next" else tokens
+    extra += gelu_in * vision.out_hidden_size * hidden_bytes
     if vision.family == "internvl":
         merged = vision.hidden_size * vision.merge_size ** 2
         extra += tokens * (merged * (4 if autocast else hidden_bytes) + 8)

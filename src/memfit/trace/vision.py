@@ -139,7 +139,7 @@ def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
     elif vision.family == "internvl":
         # processing_internvl.py: <img> (151665) + 256 x <IMG_CONTEXT> per tile + </img> (151666).
         start, end = 151665, 151666
-    elif vision.family in ("llava", "llava_onevision"):
+    elif vision.family in ("llava", "llava_onevision", "llava_next"):
         start = end = None                 # processing_llava*.py: the <image> token repeated, nothing around
     else:
         start, end = config.get("vision_start_token_id", 151652), config.get("vision_end_token_id", 151653)
@@ -159,10 +159,10 @@ def make_inputs(spec: ModelSpec, setup: TrainingSetup) -> dict:
         return {"input_ids": ids, "labels": ids}           # --images-per-sample 0: a text-only batch
     if vision.family == "smolvlm":
         return {"input_ids": ids, "labels": ids, **_constant_pixels(vision, setup.batch_size, plan)}
-    if vision.family == "llava_onevision":
+    if vision.family in ("llava_onevision", "llava_next"):
         # The processor's pixel_values [images, tiles, c, side, side] and image_sizes (height, width): the model
-        # picks each image's tiles and unpads its features from those sizes (modeling_llava_onevision.py
-        # get_image_features, pack_image_features), so image_sizes is a constant.
+        # picks each image's tiles and unpads its features from those sizes (modeling_llava_onevision.py,
+        # modeling_llava_next.py get_image_features, pack_image_features), so image_sizes is a constant.
         width, height = (parse_image_size(setup.image_size) if setup.image_size else
                          max(((w, h) for h, w in vision.grid_pinpoints), key=lambda s: s[0] * s[1]))
         tiles = plan.patches_per_image // (vision.fixed_side // vision.patch_size) ** 2
