@@ -127,6 +127,10 @@ def test_checkpointing_never_raises_memory(spec, method, batch, length, kw):
     # A VLM's frozen vision tower joins the graph only under checkpointing (transformers'
     # enable_input_require_grads hooks the patch embedding): its blocks' checkpoints are added on top.
     tower = on.component("vision tower checkpoints")
+    if on.peak_phase == "vision tower backward":
+        # Llama 3.2 Vision: its frozen tower, in the graph only under checkpointing, is backpropagated through
+        # (to the hooked patch embedding): that backward's working set exists only then.
+        tower += on.component("backward temporaries")
     assert on.peak_allocated_bytes <= off.peak_allocated_bytes + one_checkpoint + tower
 
 
