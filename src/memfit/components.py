@@ -99,6 +99,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("cuBLAS workspace", "allocated", "cuBLAS/cuBLASLt workspaces, which torch's allocator hands out",
          "cuBLAS workspace"),
     Kind("allocator slack", "reserved", "reserved − allocated (rounding, fragmentation)", None),
+    Kind("FSDP1 unshard pool", "reserved", "FSDP1 (HF Trainer/accelerate, LitGPT, fsdp_qlora): all-gather blocks in "
+         "the unshard stream's pool that hold no tensor at the peak (a free pending under record_stream)", None),
     Kind("CUDA context", "device", "driver context and kernels; seen by nvidia-smi, never by torch", None),
     Kind("MPS heaps and cache", "mps-driver", "PyTorch on MPS: cached buffers and the unused part of Metal heaps, "
          "seen by `torch.mps.driver_allocated_memory()` (estimate_mps.py)", None),

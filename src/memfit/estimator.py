@@ -124,9 +124,14 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     components = [Component(name, nbytes, "allocated", notes.get(name, ""))
                   for name, nbytes in peak_parts.items() if nbytes > 0]
     components += cuda_overhead_components(over)
-    reserved = allocated + over.reserved_slack
+    idle_unshard = sharding.fsdp1_idle_unshard_bytes(static["sharded"], peak_parts.get("gathered parameters", 0))
+    if idle_unshard:
+        components.append(Component("FSDP1 unshard pool", idle_unshard, "reserved",
+                                    "FSDP1's all-gather blocks on its own stream, idle at the peak (one pending "
+                                    "free under record_stream, layers freed since the backward)"))
+    reserved = allocated + over.reserved_slack + idle_unshard
     device = reserved + over.cuda_context
-    low, high = min(over.range_low, device), max(over.range_high, device)
+    low, high = min(over.range_low, device), max(over.range_high + idle_unshard, device)
     band = static["error_band"]
     if band:
         # measured = predicted / (1 + error): the measured runs' error band widens the range.

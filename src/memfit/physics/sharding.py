@@ -203,6 +203,35 @@ def _zero(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
 FSDP1_NO_SYNC_RECIPES = ("litgpt", "litgpt-0.4", "lit-gpt")   # litgpt@e5493986 finetune/lora.py:303, lit-gpt@8641822 :215
 
 
+# Recipes whose FSDP is FSDP1 with limit_all_gathers=True: torch's default (torch 2.13 FullyShardedDataParallel
+# __init__), accelerate's FullyShardedDataParallelPlugin (accelerate 1.16 utils/dataclasses.py:1629
+# limit_all_gathers=True, :1710 fsdp_version from FSDP_VERSION, default "1") under the HF Trainer, Answer.AI's
+# train.py (AnswerDotAI/fsdp_qlora@1a9fddfb train.py:734) and lightning.fabric's FSDPStrategy (LitGPT).
+# torchtune shards with FSDP2 (fully_shard), which frees without record_stream.
+FSDP1_RATE_LIMITED_RECIPES = ("hf", "trl", "trl-1.14", "trl-0.21", "fsdp-qlora") + FSDP1_NO_SYNC_RECIPES
+
+
+def fsdp1_rate_limited(setup: TrainingSetup) -> bool:
+    return (setup.recipe in FSDP1_RATE_LIMITED_RECIPES and setup.shard in ("fsdp", "hsdp")
+            and setup.offload == "none")
+
+
+def fsdp1_idle_unshard_bytes(parts: dict, gathered_at_peak: int) -> int:
+    """Reserved bytes of FSDP1's unshard stream that hold no tensor at the allocated peak.
+
+    FSDP1 all-gathers each unit into a padded unsharded flat parameter allocated on its unshard stream
+    (torch 2.13 distributed/fsdp/_runtime_utils.py:297-305, `with stream(unshard_stream): handle.unshard()`), so
+    the caching allocator files those blocks in that stream's pool, which the compute stream's tensors never
+    reuse. When a unit reshards, the block is freed under record_stream on the compute stream
+    (_flat_param.py:1805-1821): it returns to the pool only once the GPU has run past the free. The rate limiter
+    lets the CPU run two such frees ahead before it waits on the older (_limiter_utils.py:15-24, _FreeEventQueue
+    _max_num_inflight_all_gathers = 2; _runtime_utils.py:297-302, 320-326), so the next all-gather cannot take
+    the block freed just before it: in backward the pool grows to the root, the current and the prefetched
+    layer, plus the one pending free. Those segments stay reserved (nothing calls empty_cache), so at the
+    allocated peak the pool's idle part is its size minus the unsharded parameters live then."""
+    return max(parts.get("unshard_pool", 0) - gathered_at_peak, 0)
+
+
 def _fsdp1_no_sync_grad_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """Gradient bytes per GPU while LitGPT accumulates under FSDP1's no_sync().
 
@@ -251,6 +280,8 @@ def _fsdp(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
         # Unsharded gradients of every unit that trains, held across the accumulation window.
         grads = _fsdp1_no_sync_grad_bytes(spec, setup, stack)
         comm = 0      # no reduce-scatter buffer beyond them: the unsharded gradients are the buffer
+    # FSDP1's unshard-stream pool holds one more freed layer than is live (see fsdp1_idle_unshard_bytes).
+    unshard_pool = gathered_busy + layer_bytes if fsdp1_rate_limited(setup) else 0
     host = 0
     if setup.offload != "none":
         host = weights + grads + opt
@@ -261,7 +292,8 @@ def _fsdp(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
                 gathered_busy=gathered_busy, step_temp=parts["step_temp"] // n if setup.offload == "none" else 0,
                 head_grad=min(int(parts["head_grad"] * scale), grads),
                 embed_grad=min(int(parts["embed_grad"] * scale), grads),
-                tied_grad_extra=int(parts["tied_grad_extra"] * scale), gathered=gathered, comm=comm, host=host)
+                tied_grad_extra=int(parts["tied_grad_extra"] * scale), gathered=gathered, comm=comm, host=host,
+                unshard_pool=unshard_pool)
 
 
 def notes(setup: TrainingSetup, stack: Stack) -> dict[str, str]:
