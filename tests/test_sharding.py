@@ -344,3 +344,51 @@ def test_litgpt_fsdp1_accumulation_keeps_unsharded_block_gradients():
     est = estimate(spec, TrainingSetup.from_recipe("litgpt", grad_accum=128, **kw))
     assert est.peak_allocated_bytes == pytest.approx(22.18e9, rel=0.05)
     assert any("no_sync()" in a for a in est.assumptions)
+
+
+def test_fsdp1_unshard_pool_facts_in_torch_and_accelerate():
+    """The facts physics/sharding.fsdp1_idle_unshard_bytes rests on, read from the installed frameworks: the
+    all-gather output is allocated under the unshard stream, freed under record_stream on the compute stream, and
+    the rate limiter lets two frees run ahead; FSDP1 and accelerate's plugin limit all-gathers by default."""
+    import dataclasses
+    import inspect
+
+    pytest.importorskip("torch")
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp import _runtime_utils
+    from torch.distributed.fsdp._flat_param import FlatParamHandle
+    from torch.distributed.fsdp._limiter_utils import _FreeEventQueue
+
+    assert _FreeEventQueue()._max_num_inflight_all_gathers == 2
+    assert "_no_dispatch_record_stream" in inspect.getsource(FlatParamHandle._free_unsharded_flat_param)
+    unshard = inspect.getsource(_runtime_utils._unshard)
+    assert unshard.index("dequeue_if_needed") < unshard.index("stream(unshard_stream)") < unshard.index(
+        "handle.unshard()")
+    assert inspect.signature(FullyShardedDataParallel.__init__).parameters["limit_all_gathers"].default is True
+    accelerate = pytest.importorskip("accelerate")
+    fields = {f.name: f for f in dataclasses.fields(accelerate.FullyShardedDataParallelPlugin)}
+    assert fields["limit_all_gathers"].default is True
+
+
+def test_fsdp1_reserved_holds_one_more_layer_than_its_backward_gathers():
+    """HF Trainer's FSDP (accelerate, FSDP1): the unshard pool grows to the root, two layers live in backward and
+    one freed layer pending, so reserved - allocated exceeds the generic slack by that pool less what is live at
+    the peak: one layer at a layer-backward peak, two at the loss; torchtune's FSDP2 frees without record_stream
+    and adds nothing."""
+    from memfit.params import count_params
+
+    spec = load_model("llama-2-7b")
+    counts = count_params(spec)
+    layer_bf16, root_bf16 = counts.per_layer * 2, (counts.embedding + counts.final_norm + counts.lm_head) * 2
+    for seq, phase, idle_layers in ((512, "layer backward (top)", 1), (2048, "cross-entropy backward", 2)):
+        setup = TrainingSetup.from_recipe("hf", method="lora", gpus=4, shard="fsdp", batch_size=1, seq_len=seq)
+        est = estimate(spec, setup)
+        assert est.peak_phase == phase
+        assert _static_parts(spec, setup)["sharded"]["unshard_pool"] == root_bf16 + 3 * layer_bf16
+        assert est.component("FSDP1 unshard pool") == idle_layers * layer_bf16
+        assert est.peak_reserved_bytes - est.peak_allocated_bytes == est.component("allocator slack") \
+            + idle_layers * layer_bf16
+    tt = estimate(spec, TrainingSetup.from_recipe("torchtune", method="lora", gpus=4, shard="fsdp", batch_size=1,
+                                                  seq_len=512))
+    assert not tt.component("FSDP1 unshard pool")
+    assert tt.peak_reserved_bytes - tt.peak_allocated_bytes == tt.component("allocator slack")
