@@ -126,7 +126,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     components += cuda_overhead_components(over)
     idle_unshard = sharding.fsdp1_idle_unshard_bytes(static["sharded"], peak_parts.get("gathered parameters", 0))
     if idle_unshard:
-        components.append(Component("FSDP1 unshard pool", idle_unshard, "reserved",
+        components.insert(-1, Component("FSDP1 unshard pool", idle_unshard, "reserved",
                                     "FSDP1's all-gather blocks on its own stream, idle at the peak (one pending "
                                     "free under record_stream, layers freed since the backward)"))
     reserved = allocated + over.reserved_slack + idle_unshard

@@ -21,6 +21,8 @@ and optimizer state live, what a GPU gathers while it computes, and the communic
   SHARD_GRAD_OP keeps all parameters gathered between forward and backward. HSDP shards within a node only.
 - FSDP1 as LitGPT drives it (lightning.fabric FSDPStrategy: use_orig_params=True, fabric.no_backward_sync while
   accumulating): see `_fsdp1_no_sync_grad_bytes`.
+- FSDP1 (HF Trainer through accelerate, fsdp_qlora, LitGPT) all-gathers on its own stream and frees under
+  record_stream: reserved keeps one more layer than is live (`fsdp1_idle_unshard_bytes`).
 """
 
 from __future__ import annotations
@@ -332,6 +334,9 @@ def assumption(setup: TrainingSetup, stack: Stack) -> str:
                 + (f": gradient accumulation {setup.grad_accum} runs under no_sync(), which keeps every "
                    "training unit's unsharded gradient (frozen weights in those units included)"
                    if setup.grad_accum > 1 else ""))
+    if fsdp1_rate_limited(setup):
+        out += ("; FSDP1 with limit_all_gathers: its unshard stream's pool keeps the root, two layers and one "
+                "free pending under record_stream reserved all step")
     return out
 
 
