@@ -392,3 +392,52 @@ def test_fsdp1_reserved_holds_one_more_layer_than_its_backward_gathers():
                                                   seq_len=512))
     assert not tt.component("FSDP1 unshard pool")
     assert tt.peak_reserved_bytes - tt.peak_allocated_bytes == tt.component("allocator slack")
+
+
+def test_split_views_hold_the_first_gradient_until_the_last_arrives():
+    """FSDP1's modules see torch.split views of the flat parameter (_flat_param.py _get_unflat_views_unaligned):
+    on real CPU tensors, the gradient of the view used last in forward (the lm_head's) is still alive when the
+    view used first (the embedding's) gets its gradient, the flat parameter has no gradient yet, and it then
+    receives one whole-size gradient: the view gradients and their concatenation coexist."""
+    import weakref
+
+    torch = pytest.importorskip("torch")
+    flat = torch.zeros(10, requires_grad=True)
+    embedding, head = torch.split(flat, [4, 6])
+    hidden = embedding * torch.randn(4)                    # used first in forward, so its gradient comes last
+    loss = hidden.sum() * (head * torch.randn(6)).sum()
+    head_grads, seen, whole = [], [], []
+    head.register_hook(lambda g: head_grads.append(weakref.ref(g)))
+    embedding.register_hook(lambda g: seen.append((head_grads[0]() is not None, flat.grad is None)))
+    flat.register_hook(lambda g: whole.append(g.numel()))
+    loss.backward()
+    assert seen == [(True, True)]
+    assert whole == [10]
+    assert head_grads[0]() is None                          # released once concatenated
+
+
+def test_fsdp1_full_finetune_holds_the_root_view_gradients(monkeypatch):
+    """LitGPT full fine-tuning under FSDP1: the lm_head's unsharded gradient is held through the layers'
+    backward, and the embedding's backward has the root's view gradients and their concatenation (2x the root
+    unit's parameters in bf16); the other phases are unchanged, and LoRA (frozen root) has none."""
+    from memfit.params import count_params
+    from memfit.physics import sharding
+
+    spec = load_model("llama-2-7b")
+    counts = count_params(spec)
+    root, head = counts.embedding + counts.final_norm + counts.lm_head, counts.lm_head + counts.final_norm
+    setup = TrainingSetup.from_recipe("litgpt", method="full", gpus=4, shard="fsdp", batch_size=1, seq_len=512,
+                                      grad_ckpt=True)
+    with_views = dict(estimate(spec, setup).phases)
+    from memfit import estimator
+
+    monkeypatch.setattr(sharding, "FSDP1_RATE_LIMITED_RECIPES", ())
+    monkeypatch.setattr(estimator, "_STATIC_CACHE", {})          # the static parts are cached per setup
+    without = dict(estimate(spec, setup).phases)
+    added = {phase: with_views[phase] - without[phase] for phase in with_views}
+    assert added == {"forward (end)": 0, "cross-entropy backward": 0, "layer backward (top)": head * 2,
+                     "layer backward (bottom)": head * 2, "embedding backward": 2 * root * 2,
+                     "optimizer step": 0, "model load": 0}
+    monkeypatch.undo()
+    lora = TrainingSetup.from_recipe("litgpt", method="lora", gpus=4, shard="fsdp", batch_size=1, seq_len=512)
+    assert _static_parts(spec, lora)["sharded"]["root_view_grad"] == 0

@@ -69,6 +69,8 @@ KINDS: tuple[Kind, ...] = (
          "multiplies", "temporaries"),
     Kind("gathered parameters", "allocated", "unsharded parameters in flight while a GPU computes (ZeRO-3 / FSDP "
          "all-gather)", None),
+    Kind("FSDP1 root view gradients", "allocated", "FSDP1 full fine-tuning: the root unit's gradients, unsharded, "
+         "held by autograd's split backward from the lm_head's to the embedding's, then concatenated", None),
     Kind("communication buffers", "allocated", "DDP gradient buckets, ZeRO reduce buckets, or one layer's "
          "unsharded gradient for reduce-scatter", None),
     Kind("context-parallel buffers", "allocated", "with `--cp`: attention's K/V all-gather, all-to-all or ring "

@@ -234,6 +234,22 @@ def fsdp1_idle_unshard_bytes(parts: dict, gathered_at_peak: int) -> int:
     return max(parts.get("unshard_pool", 0) - gathered_at_peak, 0)
 
 
+def root_view_grad_bytes(spec: ModelSpec, grad_bytes_per_param: int) -> tuple[int, int]:
+    """FSDP1's root unit under full fine-tuning: (all its view gradients, the lm_head's alone), unsharded.
+
+    FSDP1 hands modules views of the unsharded flat parameter: torch.split(flat, numels) then .view(shape)
+    (torch 2.13 distributed/fsdp/_flat_param.py:1876-1901). Autograd's split backward runs once every view's
+    gradient has arrived and concatenates them into one gradient of the whole flat parameter; until then the
+    engine holds each view's gradient. The root unit holds the lm_head (its gradient comes first in backward) and
+    the embedding (last), so the lm_head's gradient is held, unsharded, through every layer's backward, and at the
+    embedding's backward the view gradients and their concatenation are alive together (tests/test_sharding.py
+    runs this on CPU tensors). The decoder units' views are used within one layer and cost a layer at most."""
+    counts = count_params(spec)
+    head = (counts.lm_head or spec.vocab_size * spec.hidden_size) + counts.final_norm
+    root = counts.embedding + counts.final_norm + counts.lm_head
+    return root * grad_bytes_per_param, head * grad_bytes_per_param
+
+
 def _fsdp1_no_sync_grad_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """Gradient bytes per GPU while LitGPT accumulates under FSDP1's no_sync().
 
@@ -284,6 +300,9 @@ def _fsdp(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
         comm = 0      # no reduce-scatter buffer beyond them: the unsharded gradients are the buffer
     # FSDP1's unshard-stream pool holds one more freed layer than is live (see fsdp1_idle_unshard_bytes).
     unshard_pool = gathered_busy + layer_bytes if fsdp1_rate_limited(setup) else 0
+    # FSDP1's root unit reaches autograd through split views of its flat parameter (see root_view_grad_bytes).
+    root_view, head_view = (0, 0) if not fsdp1_rate_limited(setup) or not stack.base_trainable \
+        or setup.optimizer_in_backward else root_view_grad_bytes(spec, grad_bytes)
     host = 0
     if setup.offload != "none":
         host = weights + grads + opt
@@ -295,7 +314,7 @@ def _fsdp(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
                 head_grad=min(int(parts["head_grad"] * scale), grads),
                 embed_grad=min(int(parts["embed_grad"] * scale), grads),
                 tied_grad_extra=int(parts["tied_grad_extra"] * scale), gathered=gathered, comm=comm, host=host,
-                unshard_pool=unshard_pool)
+                unshard_pool=unshard_pool, root_view_grad=root_view, root_head_view_grad=head_view)
 
 
 def notes(setup: TrainingSetup, stack: Stack) -> dict[str, str]:
