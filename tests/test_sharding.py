@@ -371,27 +371,31 @@ def test_fsdp1_unshard_pool_facts_in_torch_and_accelerate():
 
 
 def test_fsdp1_reserved_holds_one_more_layer_than_its_backward_gathers():
-    """HF Trainer's FSDP (accelerate, FSDP1): the unshard pool grows to the root, two layers live in backward and
+    """Answer.AI's fsdp_qlora loop (FSDP1): the unshard pool grows to the root, two layers live in backward and
     one freed layer pending, so reserved - allocated exceeds the generic slack by that pool less what is live at
-    the peak: one layer at a layer-backward peak, two at the loss; torchtune's FSDP2 frees without record_stream
-    and adds nothing."""
+    the peak: one layer at a layer-backward peak, two at the loss. FSDP2 (torchtune; the HF Trainer under the
+    fsdp_version 2 config memfit writes for --shard fsdp) frees without record_stream and adds nothing; the
+    HF Trainer's HSDP is FSDP1."""
     from memfit.params import count_params
 
     spec = load_model("llama-2-7b")
     counts = count_params(spec)
     layer_bf16, root_bf16 = counts.per_layer * 2, (counts.embedding + counts.final_norm + counts.lm_head) * 2
     for seq, phase, idle_layers in ((512, "layer backward (top)", 1), (2048, "cross-entropy backward", 2)):
-        setup = TrainingSetup.from_recipe("hf", method="lora", gpus=4, shard="fsdp", batch_size=1, seq_len=seq)
+        setup = TrainingSetup.from_recipe("fsdp-qlora", method="lora", gpus=2, shard="fsdp", batch_size=1,
+                                          seq_len=seq, grad_ckpt=False)
         est = estimate(spec, setup)
         assert est.peak_phase == phase
         assert _static_parts(spec, setup)["sharded"]["unshard_pool"] == root_bf16 + 3 * layer_bf16
         assert est.component("FSDP1 unshard pool") == idle_layers * layer_bf16
         assert est.peak_reserved_bytes - est.peak_allocated_bytes == est.component("allocator slack") \
             + idle_layers * layer_bf16
-    tt = estimate(spec, TrainingSetup.from_recipe("torchtune", method="lora", gpus=4, shard="fsdp", batch_size=1,
-                                                  seq_len=512))
-    assert not tt.component("FSDP1 unshard pool")
-    assert tt.peak_reserved_bytes - tt.peak_allocated_bytes == tt.component("allocator slack")
+    for recipe, shard, fsdp1 in (("torchtune", "fsdp", False), ("hf", "fsdp", False), ("hf", "hsdp", True)):
+        est = estimate(spec, TrainingSetup.from_recipe(recipe, method="lora", gpus=4, shard=shard, batch_size=1,
+                                                       seq_len=512, nodes=2 if shard == "hsdp" else 1))
+        assert bool(est.component("FSDP1 unshard pool")) is fsdp1
+        if not fsdp1:
+            assert est.peak_reserved_bytes - est.peak_allocated_bytes == est.component("allocator slack")
 
 
 def test_split_views_hold_the_first_gradient_until_the_last_arrives():
@@ -431,7 +435,7 @@ def test_fsdp1_full_finetune_holds_the_root_view_gradients(monkeypatch):
     with_views = dict(estimate(spec, setup).phases)
     from memfit import estimator
 
-    monkeypatch.setattr(sharding, "FSDP1_RATE_LIMITED_RECIPES", ())
+    monkeypatch.setattr(sharding, "FSDP1_RECIPES", ())
     monkeypatch.setattr(estimator, "_STATIC_CACHE", {})          # the static parts are cached per setup
     without = dict(estimate(spec, setup).phases)
     added = {phase: with_views[phase] - without[phase] for phase in with_views}

@@ -101,7 +101,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("cuBLAS workspace", "allocated", "cuBLAS/cuBLASLt workspaces, which torch's allocator hands out",
          "cuBLAS workspace"),
     Kind("allocator slack", "reserved", "reserved − allocated (rounding, fragmentation)", None),
-    Kind("FSDP1 unshard pool", "reserved", "FSDP1 (HF Trainer/accelerate, LitGPT, fsdp_qlora): all-gather blocks in "
+    Kind("FSDP1 unshard pool", "reserved", "FSDP1 (fsdp_qlora, LitGPT, HF Trainer HSDP): all-gather blocks in "
          "the unshard stream's pool that hold no tensor at the peak (a free pending under record_stream)", None),
     Kind("CUDA context", "device", "driver context and kernels; seen by nvidia-smi, never by torch", None),
     Kind("MPS heaps and cache", "mps-driver", "PyTorch on MPS: cached buffers and the unused part of Metal heaps, "

@@ -21,7 +21,7 @@ and optimizer state live, what a GPU gathers while it computes, and the communic
   SHARD_GRAD_OP keeps all parameters gathered between forward and backward. HSDP shards within a node only.
 - FSDP1 as LitGPT drives it (lightning.fabric FSDPStrategy: use_orig_params=True, fabric.no_backward_sync while
   accumulating): see `_fsdp1_no_sync_grad_bytes`.
-- FSDP1 (HF Trainer through accelerate, fsdp_qlora, LitGPT) all-gathers on its own stream and frees under
+- FSDP1 (fsdp_qlora, LitGPT, the HF Trainer's HSDP) all-gathers on its own stream and frees under
   record_stream: reserved keeps one more layer than is live (`fsdp1_idle_unshard_bytes`).
 """
 
@@ -205,17 +205,20 @@ def _zero(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
 FSDP1_NO_SYNC_RECIPES = ("litgpt", "litgpt-0.4", "lit-gpt")   # litgpt@e5493986 finetune/lora.py:303, lit-gpt@8641822 :215
 
 
-# Recipes whose FSDP is FSDP1 with limit_all_gathers=True: torch's default (torch 2.13 FullyShardedDataParallel
-# __init__), accelerate's FullyShardedDataParallelPlugin (accelerate 1.16 utils/dataclasses.py:1629
-# limit_all_gathers=True, :1710 fsdp_version from FSDP_VERSION, default "1") under the HF Trainer, Answer.AI's
-# train.py (AnswerDotAI/fsdp_qlora@1a9fddfb train.py:734) and lightning.fabric's FSDPStrategy (LitGPT).
-# torchtune shards with FSDP2 (fully_shard), which frees without record_stream.
-FSDP1_RATE_LIMITED_RECIPES = ("hf", "trl", "trl-1.14", "trl-0.21", "fsdp-qlora") + FSDP1_NO_SYNC_RECIPES
+# Where the FSDP is FSDP1 with limit_all_gathers=True (torch's default, torch 2.13 FullyShardedDataParallel
+# __init__): Answer.AI's train.py (AnswerDotAI/fsdp_qlora@1a9fddfb train.py:734), lightning.fabric's FSDPStrategy
+# (LitGPT), and the HF Trainer under the accelerate config memfit writes for --shard hsdp (engine_config.py:
+# fsdp_version 1, HYBRID_SHARD; accelerate 1.16 utils/dataclasses.py:1629 limit_all_gathers=True). For --shard
+# fsdp memfit writes fsdp_version 2, and torchtune shards with fully_shard: FSDP2 frees without record_stream.
+FSDP1_RECIPES = ("fsdp-qlora",) + FSDP1_NO_SYNC_RECIPES
+FSDP1_HSDP_RECIPES = ("hf", "trl", "trl-1.14", "trl-0.21")
 
 
 def fsdp1_rate_limited(setup: TrainingSetup) -> bool:
-    return (setup.recipe in FSDP1_RATE_LIMITED_RECIPES and setup.shard in ("fsdp", "hsdp")
-            and setup.offload == "none")
+    if setup.offload != "none":
+        return False
+    return (setup.recipe in FSDP1_RECIPES and setup.shard in ("fsdp", "hsdp")) or (
+        setup.recipe in FSDP1_HSDP_RECIPES and setup.shard == "hsdp")
 
 
 def fsdp1_idle_unshard_bytes(parts: dict, gathered_at_peak: int) -> int:
