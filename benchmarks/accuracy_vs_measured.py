@@ -58,21 +58,24 @@ RASBT_STEP = {"RB-01": 0, "RB-02": 5, "RB-03": 6, "RB-04": 7, "RB-05": 8, "RB-06
 RASBT_DROPOUT = 0.1
 
 
-# Gradient accumulation of the litgpt FSDP rows, from the scripts and configs that produced them (the CSV has no
-# column for it; it decides whether FSDP1's no_sync() keeps unsharded gradients, physics/sharding.py).
+# Gradient accumulation of the litgpt rows, from the scripts and configs that produced them (the CSV has no column
+# for it). With FSDP it decides whether FSDP1's no_sync() keeps unsharded gradients (physics/sharding.py); on one
+# device, full fine-tuning keeps the previous micro-batch's gradients through the next forward (litgpt@26857050
+# finetune/full.py:280-291 steps and zero_grad()s only when not is_accumulating).
 # LG-28..38: lit-gpt@0cc02afa finetune/lora.py:40-42, batch_size 128, gradient_accumulation_iters =
 # batch_size // micro_batch_size. LGC: litgpt config_hub/finetune/<model>/full.yaml (litgpt@26857050),
-# global_batch_size // (devices * micro_batch_size) (litgpt/args.py:56-64).
-LITGPT_FSDP_GRAD_ACCUM = {"LGC-03": 16 // (4 * 1), "LGC-12": 64 // (4 * 4), "LGC-15": 64 // (4 * 4),
-                          "LGC-27": 8 // (2 * 4), "LGC-33": 8 // (2 * 1)}
+# global_batch_size // (devices * micro_batch_size) (litgpt/args.py:56-64); tiny-llama/full.yaml: global 32,
+# micro 4, devices 1.
+LITGPT_GRAD_ACCUM = {"LGC-03": 16 // (4 * 1), "LGC-12": 64 // (4 * 4), "LGC-15": 64 // (4 * 4),
+                     "LGC-27": 8 // (2 * 4), "LGC-33": 8 // (2 * 1), "LGC-36": 32 // (1 * 4)}
 
 
-def litgpt_fsdp_grad_accum(row: dict) -> int:
-    if row["framework"] != "litgpt" or row["shard"] != "fsdp":
+def litgpt_grad_accum(row: dict) -> int:
+    if row["framework"] != "litgpt":
         return 1
-    if row["group"] == "LG":
+    if row["group"] == "LG" and row["shard"] == "fsdp":
         return 128 // int(row["micro_batch"])
-    return LITGPT_FSDP_GRAD_ACCUM.get(row["id"], 1)
+    return LITGPT_GRAD_ACCUM.get(row["id"], 1)
 
 
 def row_compiled(row: dict) -> bool:
@@ -181,7 +184,7 @@ def row_setup(row: dict) -> tuple[TrainingSetup, list[str]]:
               precision=row["precision"], optimizer=optimizer, grad_ckpt=row["grad_ckpt"] == "1",
               attn=row["attn"], chunked_ce=row["chunked_ce"] == "1",
               optimizer_in_backward=row["optimizer_in_backward"] == "1", gpus=gpus, shard=shard,
-              grad_accum=litgpt_fsdp_grad_accum(row))
+              grad_accum=litgpt_grad_accum(row))
     if row_compiled(row):
         kw["compile"] = True
     if row["framework"] in REENTRANT_FRAMEWORKS and row["grad_ckpt"] == "1":

@@ -344,3 +344,104 @@ def test_litgpt_fsdp1_accumulation_keeps_unsharded_block_gradients():
     est = estimate(spec, TrainingSetup.from_recipe("litgpt", grad_accum=128, **kw))
     assert est.peak_allocated_bytes == pytest.approx(22.18e9, rel=0.05)
     assert any("no_sync()" in a for a in est.assumptions)
+
+
+def test_fsdp1_unshard_pool_facts_in_torch_and_accelerate():
+    """The facts physics/sharding.fsdp1_idle_unshard_bytes rests on, read from the installed frameworks: the
+    all-gather output is allocated under the unshard stream, freed under record_stream on the compute stream, and
+    the rate limiter lets two frees run ahead; FSDP1 and accelerate's plugin limit all-gathers by default."""
+    import dataclasses
+    import inspect
+
+    pytest.importorskip("torch")
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp import _runtime_utils
+    from torch.distributed.fsdp._flat_param import FlatParamHandle
+    from torch.distributed.fsdp._limiter_utils import _FreeEventQueue
+
+    assert _FreeEventQueue()._max_num_inflight_all_gathers == 2
+    assert "_no_dispatch_record_stream" in inspect.getsource(FlatParamHandle._free_unsharded_flat_param)
+    unshard = inspect.getsource(_runtime_utils._unshard)
+    assert unshard.index("dequeue_if_needed") < unshard.index("stream(unshard_stream)") < unshard.index(
+        "handle.unshard()")
+    assert inspect.signature(FullyShardedDataParallel.__init__).parameters["limit_all_gathers"].default is True
+    accelerate = pytest.importorskip("accelerate")
+    fields = {f.name: f for f in dataclasses.fields(accelerate.FullyShardedDataParallelPlugin)}
+    assert fields["limit_all_gathers"].default is True
+
+
+def test_fsdp1_reserved_holds_one_more_layer_than_its_backward_gathers():
+    """Answer.AI's fsdp_qlora loop (FSDP1): the unshard pool grows to the root, two layers live in backward and
+    one freed layer pending, so reserved - allocated exceeds the generic slack by that pool less what is live at
+    the peak: one layer at a layer-backward peak, two at the loss. FSDP2 (torchtune; the HF Trainer under the
+    fsdp_version 2 config memfit writes for --shard fsdp) frees without record_stream and adds nothing; the
+    HF Trainer's HSDP is FSDP1."""
+    from memfit.params import count_params
+
+    spec = load_model("llama-2-7b")
+    counts = count_params(spec)
+    layer_bf16, root_bf16 = counts.per_layer * 2, (counts.embedding + counts.final_norm + counts.lm_head) * 2
+    for seq, phase, idle_layers in ((512, "layer backward (top)", 1), (2048, "cross-entropy backward", 2)):
+        setup = TrainingSetup.from_recipe("fsdp-qlora", method="lora", gpus=2, shard="fsdp", batch_size=1,
+                                          seq_len=seq, grad_ckpt=False)
+        est = estimate(spec, setup)
+        assert est.peak_phase == phase
+        assert _static_parts(spec, setup)["sharded"]["unshard_pool"] == root_bf16 + 3 * layer_bf16
+        assert est.component("FSDP1 unshard pool") == idle_layers * layer_bf16
+        assert est.peak_reserved_bytes - est.peak_allocated_bytes == est.component("allocator slack") \
+            + idle_layers * layer_bf16
+    for recipe, shard, fsdp1 in (("torchtune", "fsdp", False), ("hf", "fsdp", False), ("hf", "hsdp", True)):
+        est = estimate(spec, TrainingSetup.from_recipe(recipe, method="lora", gpus=4, shard=shard, batch_size=1,
+                                                       seq_len=512, nodes=2 if shard == "hsdp" else 1))
+        assert bool(est.component("FSDP1 unshard pool")) is fsdp1
+        if not fsdp1:
+            assert est.peak_reserved_bytes - est.peak_allocated_bytes == est.component("allocator slack")
+
+
+def test_split_views_hold_the_first_gradient_until_the_last_arrives():
+    """FSDP1's modules see torch.split views of the flat parameter (_flat_param.py _get_unflat_views_unaligned):
+    on real CPU tensors, the gradient of the view used last in forward (the lm_head's) is still alive when the
+    view used first (the embedding's) gets its gradient, the flat parameter has no gradient yet, and it then
+    receives one whole-size gradient: the view gradients and their concatenation coexist."""
+    import weakref
+
+    torch = pytest.importorskip("torch")
+    flat = torch.zeros(10, requires_grad=True)
+    embedding, head = torch.split(flat, [4, 6])
+    hidden = embedding * torch.randn(4)                    # used first in forward, so its gradient comes last
+    loss = hidden.sum() * (head * torch.randn(6)).sum()
+    head_grads, seen, whole = [], [], []
+    head.register_hook(lambda g: head_grads.append(weakref.ref(g)))
+    embedding.register_hook(lambda g: seen.append((head_grads[0]() is not None, flat.grad is None)))
+    flat.register_hook(lambda g: whole.append(g.numel()))
+    loss.backward()
+    assert seen == [(True, True)]
+    assert whole == [10]
+    assert head_grads[0]() is None                          # released once concatenated
+
+
+def test_fsdp1_full_finetune_holds_the_root_view_gradients(monkeypatch):
+    """LitGPT full fine-tuning under FSDP1: the lm_head's unsharded gradient is held through the layers'
+    backward, and the embedding's backward has the root's view gradients and their concatenation (2x the root
+    unit's parameters in bf16); the other phases are unchanged, and LoRA (frozen root) has none."""
+    from memfit.params import count_params
+    from memfit.physics import sharding
+
+    spec = load_model("llama-2-7b")
+    counts = count_params(spec)
+    root, head = counts.embedding + counts.final_norm + counts.lm_head, counts.lm_head + counts.final_norm
+    setup = TrainingSetup.from_recipe("litgpt", method="full", gpus=4, shard="fsdp", batch_size=1, seq_len=512,
+                                      grad_ckpt=True)
+    with_views = dict(estimate(spec, setup).phases)
+    from memfit import estimator
+
+    monkeypatch.setattr(sharding, "FSDP1_RECIPES", ())
+    monkeypatch.setattr(estimator, "_STATIC_CACHE", {})          # the static parts are cached per setup
+    without = dict(estimate(spec, setup).phases)
+    added = {phase: with_views[phase] - without[phase] for phase in with_views}
+    assert added == {"forward (end)": 0, "cross-entropy backward": 0, "layer backward (top)": head * 2,
+                     "layer backward (bottom)": head * 2, "embedding backward": 2 * root * 2,
+                     "optimizer step": 0, "model load": 0}
+    monkeypatch.undo()
+    lora = TrainingSetup.from_recipe("litgpt", method="lora", gpus=4, shard="fsdp", batch_size=1, seq_len=512)
+    assert _static_parts(spec, lora)["sharded"]["root_view_grad"] == 0

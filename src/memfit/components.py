@@ -69,6 +69,8 @@ KINDS: tuple[Kind, ...] = (
          "multiplies", "temporaries"),
     Kind("gathered parameters", "allocated", "unsharded parameters in flight while a GPU computes (ZeRO-3 / FSDP "
          "all-gather)", None),
+    Kind("FSDP1 root view gradients", "allocated", "FSDP1 full fine-tuning: the root unit's gradients, unsharded, "
+         "held by autograd's split backward from the lm_head's to the embedding's, then concatenated", None),
     Kind("communication buffers", "allocated", "DDP gradient buckets, ZeRO reduce buckets, or one layer's "
          "unsharded gradient for reduce-scatter", None),
     Kind("context-parallel buffers", "allocated", "with `--cp`: attention's K/V all-gather, all-to-all or ring "
@@ -99,6 +101,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("cuBLAS workspace", "allocated", "cuBLAS/cuBLASLt workspaces, which torch's allocator hands out",
          "cuBLAS workspace"),
     Kind("allocator slack", "reserved", "reserved − allocated (rounding, fragmentation)", None),
+    Kind("FSDP1 unshard pool", "reserved", "FSDP1 (fsdp_qlora, LitGPT, HF Trainer HSDP): all-gather blocks in "
+         "the unshard stream's pool that hold no tensor at the peak (a free pending under record_stream)", None),
     Kind("CUDA context", "device", "driver context and kernels; seen by nvidia-smi, never by torch", None),
     Kind("MPS heaps and cache", "mps-driver", "PyTorch on MPS: cached buffers and the unused part of Metal heaps, "
          "seen by `torch.mps.driver_allocated_memory()` (estimate_mps.py)", None),

@@ -124,9 +124,14 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Estimate:
     components = [Component(name, nbytes, "allocated", notes.get(name, ""))
                   for name, nbytes in peak_parts.items() if nbytes > 0]
     components += cuda_overhead_components(over)
-    reserved = allocated + over.reserved_slack
+    idle_unshard = sharding.fsdp1_idle_unshard_bytes(static["sharded"], peak_parts.get("gathered parameters", 0))
+    if idle_unshard:
+        components.insert(-1, Component("FSDP1 unshard pool", idle_unshard, "reserved",
+                                    "FSDP1's all-gather blocks on its own stream, idle at the peak (one pending "
+                                    "free under record_stream, layers freed since the backward)"))
+    reserved = allocated + over.reserved_slack + idle_unshard
     device = reserved + over.cuda_context
-    low, high = min(over.range_low, device), max(over.range_high, device)
+    low, high = min(over.range_low, device), max(over.range_high + idle_unshard, device)
     band = static["error_band"]
     if band:
         # measured = predicted / (1 + error): the measured runs' error band widens the range.
@@ -372,6 +377,9 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
     phases["layer backward (top)"] = {**busy, "gradients": top_grads, "autocast weight copies": top_casts,
                                       **top_saved, **head, "backward temporaries": temps,
                                       "logits and loss": loss.kept}
+    held = p.get("root_head_view_grad", 0)
+    if held:
+        phases["layer backward (top)"]["FSDP1 root view gradients"] = held
     if p["layer_step_temp"]:
         # LOMO's update runs in each gradient's hook, while the layers below still hold their saved activations.
         phases["layer backward (top)"]["optimizer step temporaries"] = p["layer_step_temp"]
@@ -380,14 +388,17 @@ def _phases(spec: ModelSpec, setup: TrainingSetup, stack: Stack, p: dict) -> dic
         phases["layer backward (bottom)"] = {**busy, "gradients": p["grads"] - p["embed_grad"],
                                              "autocast weight copies": p["layer_casts"], **bottom_saved,
                                              "embedding and head activations": p["head_act"],
-                                             "backward temporaries": temps, "logits and loss": loss.kept}
+                                             "backward temporaries": temps, "logits and loss": loss.kept,
+                                             "FSDP1 root view gradients": held}
     if stack.base_trainable and not setup.optimizer_in_backward:
         # Last in backward: the embedding's dense gradient, when every other gradient exists. A tied matrix also
         # has the lm_head's gradient from early in backward; accumulating the two keeps both and their sum
         # alive at once: two V x h tensors beyond .grad.
         extra = p["tied_grad_extra"] if spec.tied_embeddings else 0
         phases["embedding backward"] = {**state, "gradients": p["grads"],
-                                        "backward temporaries": extra + p["grad_hidden"]}
+                                        "backward temporaries": extra + p["grad_hidden"],
+                                        # the root's view gradients and their concatenation
+                                        "FSDP1 root view gradients": 2 * p.get("root_view_grad", 0)}
     # ZeRO-3 releases every gathered parameter after backward: nothing is gathered in the step.
     phases["optimizer step"] = {**state, "gathered parameters": p.get("gathered_step", p["gathered"]),
                                 "gradients": p["grads"],

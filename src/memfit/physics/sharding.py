@@ -21,6 +21,8 @@ and optimizer state live, what a GPU gathers while it computes, and the communic
   SHARD_GRAD_OP keeps all parameters gathered between forward and backward. HSDP shards within a node only.
 - FSDP1 as LitGPT drives it (lightning.fabric FSDPStrategy: use_orig_params=True, fabric.no_backward_sync while
   accumulating): see `_fsdp1_no_sync_grad_bytes`.
+- FSDP1 (fsdp_qlora, LitGPT, the HF Trainer's HSDP) all-gathers on its own stream and frees under
+  record_stream: reserved keeps one more layer than is live (`fsdp1_idle_unshard_bytes`).
 """
 
 from __future__ import annotations
@@ -203,6 +205,54 @@ def _zero(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
 FSDP1_NO_SYNC_RECIPES = ("litgpt", "litgpt-0.4", "lit-gpt")   # litgpt@e5493986 finetune/lora.py:303, lit-gpt@8641822 :215
 
 
+# Where the FSDP is FSDP1 with limit_all_gathers=True (torch's default, torch 2.13 FullyShardedDataParallel
+# __init__): Answer.AI's train.py (AnswerDotAI/fsdp_qlora@1a9fddfb train.py:734), lightning.fabric's FSDPStrategy
+# (LitGPT), and the HF Trainer under the accelerate config memfit writes for --shard hsdp (engine_config.py:
+# fsdp_version 1, HYBRID_SHARD; accelerate 1.16 utils/dataclasses.py:1629 limit_all_gathers=True). For --shard
+# fsdp memfit writes fsdp_version 2, and torchtune shards with fully_shard: FSDP2 frees without record_stream.
+FSDP1_RECIPES = ("fsdp-qlora",) + FSDP1_NO_SYNC_RECIPES
+FSDP1_HSDP_RECIPES = ("hf", "trl", "trl-1.14", "trl-0.21")
+
+
+def fsdp1_rate_limited(setup: TrainingSetup) -> bool:
+    if setup.offload != "none":
+        return False
+    return (setup.recipe in FSDP1_RECIPES and setup.shard in ("fsdp", "hsdp")) or (
+        setup.recipe in FSDP1_HSDP_RECIPES and setup.shard == "hsdp")
+
+
+def fsdp1_idle_unshard_bytes(parts: dict, gathered_at_peak: int) -> int:
+    """Reserved bytes of FSDP1's unshard stream that hold no tensor at the allocated peak.
+
+    FSDP1 all-gathers each unit into a padded unsharded flat parameter allocated on its unshard stream
+    (torch 2.13 distributed/fsdp/_runtime_utils.py:297-305, `with stream(unshard_stream): handle.unshard()`), so
+    the caching allocator files those blocks in that stream's pool, which the compute stream's tensors never
+    reuse. When a unit reshards, the block is freed under record_stream on the compute stream
+    (_flat_param.py:1805-1821): it returns to the pool only once the GPU has run past the free. The rate limiter
+    lets the CPU run two such frees ahead before it waits on the older (_limiter_utils.py:15-24, _FreeEventQueue
+    _max_num_inflight_all_gathers = 2; _runtime_utils.py:297-302, 320-326), so the next all-gather cannot take
+    the block freed just before it: in backward the pool grows to the root, the current and the prefetched
+    layer, plus the one pending free. Those segments stay reserved (nothing calls empty_cache), so at the
+    allocated peak the pool's idle part is its size minus the unsharded parameters live then."""
+    return max(parts.get("unshard_pool", 0) - gathered_at_peak, 0)
+
+
+def root_view_grad_bytes(spec: ModelSpec, grad_bytes_per_param: int) -> tuple[int, int]:
+    """FSDP1's root unit under full fine-tuning: (all its view gradients, the lm_head's alone), unsharded.
+
+    FSDP1 hands modules views of the unsharded flat parameter: torch.split(flat, numels) then .view(shape)
+    (torch 2.13 distributed/fsdp/_flat_param.py:1876-1901). Autograd's split backward runs once every view's
+    gradient has arrived and concatenates them into one gradient of the whole flat parameter; until then the
+    engine holds each view's gradient. The root unit holds the lm_head (its gradient comes first in backward) and
+    the embedding (last), so the lm_head's gradient is held, unsharded, through every layer's backward, and at the
+    embedding's backward the view gradients and their concatenation are alive together (tests/test_sharding.py
+    runs this on CPU tensors). The decoder units' views are used within one layer and cost a layer at most."""
+    counts = count_params(spec)
+    head = (counts.lm_head or spec.vocab_size * spec.hidden_size) + counts.final_norm
+    root = counts.embedding + counts.final_norm + counts.lm_head
+    return root * grad_bytes_per_param, head * grad_bytes_per_param
+
+
 def _fsdp1_no_sync_grad_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """Gradient bytes per GPU while LitGPT accumulates under FSDP1's no_sync().
 
@@ -251,6 +301,11 @@ def _fsdp(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
         # Unsharded gradients of every unit that trains, held across the accumulation window.
         grads = _fsdp1_no_sync_grad_bytes(spec, setup, stack)
         comm = 0      # no reduce-scatter buffer beyond them: the unsharded gradients are the buffer
+    # FSDP1's unshard-stream pool holds one more freed layer than is live (see fsdp1_idle_unshard_bytes).
+    unshard_pool = gathered_busy + layer_bytes if fsdp1_rate_limited(setup) else 0
+    # FSDP1's root unit reaches autograd through split views of its flat parameter (see root_view_grad_bytes).
+    root_view, head_view = (0, 0) if not fsdp1_rate_limited(setup) or not stack.base_trainable \
+        or setup.optimizer_in_backward else root_view_grad_bytes(spec, grad_bytes)
     host = 0
     if setup.offload != "none":
         host = weights + grads + opt
@@ -261,7 +316,8 @@ def _fsdp(parts: dict, spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> d
                 gathered_busy=gathered_busy, step_temp=parts["step_temp"] // n if setup.offload == "none" else 0,
                 head_grad=min(int(parts["head_grad"] * scale), grads),
                 embed_grad=min(int(parts["embed_grad"] * scale), grads),
-                tied_grad_extra=int(parts["tied_grad_extra"] * scale), gathered=gathered, comm=comm, host=host)
+                tied_grad_extra=int(parts["tied_grad_extra"] * scale), gathered=gathered, comm=comm, host=host,
+                unshard_pool=unshard_pool, root_view_grad=root_view, root_head_view_grad=head_view)
 
 
 def notes(setup: TrainingSetup, stack: Stack) -> dict[str, str]:
@@ -300,6 +356,9 @@ def assumption(setup: TrainingSetup, stack: Stack) -> str:
                 + (f": gradient accumulation {setup.grad_accum} runs under no_sync(), which keeps every "
                    "training unit's unsharded gradient (frozen weights in those units included)"
                    if setup.grad_accum > 1 else ""))
+    if fsdp1_rate_limited(setup):
+        out += ("; FSDP1 with limit_all_gathers: its unshard stream's pool keeps the root, two layers and one "
+                "free pending under record_stream reserved all step")
     return out
 
 
