@@ -32,20 +32,20 @@ written by `accuracy_vs_measured.py`); that coverage figure is therefore in-samp
 
 KNOWN_GAPS = """## Known gaps and their causes
 
-- **LitGPT's QLoRA rows (`bnb.nf4`, published before LitGPT 0.5.5)** were under-predicted by about 30%. Cause found in
-  source: LitGPT up to 0.5.4 pins bitsandbytes==0.42.0 (litgpt@e5493986 pyproject.toml:36), whose MatMul4Bit keeps
-  every 4-bit linear's input (`ctx.tensors = (A, B)`, autograd/_functions.py:522-523; 0.43.2 keeps `(None, B)`,
-  bitsandbytes#1270). The rows now run the `litgpt-0.4` recipe, which counts those inputs (physics/quantized_base.py):
-  the LG Llama rows (1-1.3k-token sequences) come within 8% (were 20-22% under), the LGC rows remain 17-24% under
-  (were 24-33%). Read and not the cause: lightning's BitsandbytesPrecision (2.3.0.dev20240428
-  fabric/plugins/precision/bitsandbytes.py) quantizes each linear as it is built or loaded and frees the 16-bit weight
-  (`_replace_param`: `param.data = w_4bit`), and sets compute_dtype to bf16 (:117-121), so the saved input is no copy.
-  Not modelled: the plugin replaces *every* nn.Linear, lm_head included (:129-145), so the head is 4-bit (memfit
-  stores it in 16 bits) and each head matmul dequantizes it to fp16 and casts to bf16 (two 16-bit copies of the head
-  as transients, the quant state being fp16 from `weight.to(torch.half)` :334); for llama-3-8b that nets about +1.35
-  GB. The rest of the LGC residual (about 4-5 hidden-width bf16 tensors per token and layer, independent of the MLP
-  width) is unexplained. The Phi rows (LGC-29, LG-02/03) move over (+11%, +19%), as memfit's Phi LoRA rows already are
-  (+17% to +30%).
+- **LitGPT's rows (LG, LGC, LGT; 65 points, median 0.8%, p90 5.1%)** were under-predicted (79% of them, QLoRA rows by
+  17-33%). Causes found in the code the runs used (physics/litgpt.py, recipes `litgpt`, `litgpt-0.4`, `lit-gpt`):
+  LitGPT up to 0.5.4 pins bitsandbytes==0.42.0 (litgpt@e5493986 pyproject.toml:36), whose MatMul4Bit keeps every
+  4-bit linear's input (`ctx.tensors = (A, B)`, autograd/_functions.py:522-523; 0.43.2 keeps `(None, B)`,
+  bitsandbytes#1270); Lightning Fabric converts the model's output to fp32 (fabric/wrappers.py:141, `convert_output`),
+  so the kept logits and each chunk's log-softmax are fp32; the loop's `logits` (finetune/lora.py:304) is rebound only
+  after the next forward returns, so the previous step's logits (and with bitsandbytes 0.42 its 4-bit inputs) live
+  through it — the 2023 lit-gpt scripts run the longest sample first (lit-gpt@8641822 lora.py:212,286-292), so their
+  peak has no previous step; Lightning's BitsandbytesPrecision replaces every nn.Linear, lm_head included, and each
+  4-bit matmul dequantizes to fp16 and casts to bf16 (4 B per weight in flight); LitGPT repeats k and v to every
+  head for GQA before attention; `LoRAQKVLinear.zero_pad`'s `index_copy_` saves its source; LitGPT's `F.gelu` saves
+  one tensor where HF's `gelu_new` saves four (the Phi rows were +17-30%, now within 1.5%). Checked by running the
+  litgpt / lit-gpt model and LoRA code on fake tensors (tests/test_litgpt.py). Left: LGC-33 (+8.7%), LG-29/30 (+10%,
+  +14%: FSDP1 `no_sync` gradients look over-counted) and LGT-02 (+7%).
 - **Plain PyTorch GPT-2 rows (RB, rasbt/LLMs-from-scratch ch05/10_llm-training-speed)** were over-predicted by
   40-50% because memfit priced them as a loop that keeps its logits, with transformers' Python GELU and no dropout.
   The code frees the logits when `calc_loss_batch` returns (only log_softmax's output is saved), uses dropout 0.1
@@ -90,12 +90,15 @@ KNOWN_GAPS = """## Known gaps and their causes
   Int4 rows are within 2% up to 2048 tokens and 11-20% over at 8192 tokens (QW-13, QW-17), counter not stated.
   AWQ and LLM.int8 (`awq-int4`, `int8`) are priced from AutoAWQ's and bitsandbytes' autograd functions; one
   LLM.int8 row (AX-02, axolotl, "7gb" rounded) reads 17% above the estimate.
-- **Answer.AI fsdp_qlora rows (AAI) are under-predicted by 3-18%**, more at larger batches. Causes found in
-  train.py@1a9fddfb: the loop holds the model `output` through `loss.backward()`, and transformers of early 2024
-  returned fp32 logits (`logits.float()` in the model's forward), so 4 B x vocab per token more are alive through
-  backward than under the HF Trainer (not modelled: no option says "the loop keeps the output"). Their peak
-  reserved is the same at 512 and 2048 tokens (10.24 / 10.22 GiB, peak allocated 8.28 / 9.16 GiB): the reserved
-  peak there is set outside the training step (FSDP wrapping with low-memory loading), not by the step.
+- **Answer.AI fsdp_qlora rows (AAI: 11 points, median 4.3%)**, recipe `fsdp-qlora`. Causes found in
+  train.py@1a9fddfb and modelled: the loop holds the model `output` (fp32 logits from `logits.float()` in the
+  transformers of early 2024) through `loss.backward()`; FSDP1 all-gathers on its own stream and frees a layer only
+  when the GPU is done with it, with two frees allowed to run ahead (torch `_runtime_utils.py:297-305`,
+  `_flat_param.py:1805-1821`, `_limiter_utils.py:15-24`), so that stream's pool grows to the root plus three layers
+  and stays reserved ("FSDP1 unshard pool"); FSDP1 hands modules `torch.split` views of one flat parameter, so the
+  head's unsharded gradient lives until the embedding's arrives ("FSDP1 root view gradients"). Not modelled: their
+  peak reserved barely moves from 512 to 2048 tokens (10.24 / 10.22 GiB) because memory cached while wrapping stays
+  counted (train.py calls `empty_cache` before wrapping, :637, and resets the peak counter only at :812).
 - **Counters.** Reserved minus allocated stays 10% of allocated (physics/overhead.py). Row by row, the reserved
   rows' gaps have causes other than allocator slack: MMQA's figures include evaluation generation at batch 50
   (their training-only p99 is 8-10% lower), AAI's and torchtune's QLoRA tutorial (TT-30, 9.29 GB reserved
