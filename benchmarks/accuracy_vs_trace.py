@@ -116,8 +116,11 @@ def peft_cells():
     for method in PEFT_METHODS:
         if method != "prefix":     # PEFT refuses prefix tuning with checkpointing (setup.py says why)
             yield "smollm2-135m", dict(method=method, batch_size=2, seq_len=256, grad_ckpt=True)
-    # On a quantized base (QDoRA and the other PEFT methods with bitsandbytes layers).
-    for method, quant in (("dora", "nf4-dq"), ("ia3", "nf4"), ("adalora", "int8"), ("lora-fa", "nf4-dq")):
+    # On a quantized base (QDoRA and every other method PEFT trains on a bitsandbytes base: options.py).
+    for method, quant in (("dora", "nf4-dq"), ("ia3", "nf4"), ("adalora", "int8"), ("lora-fa", "nf4-dq"),
+                          ("vera", "nf4-dq"), ("oft", "nf4"), ("boft", "nf4-dq"), ("fourierft", "int8"),
+                          ("loha", "int8"), ("lokr", "int8"), ("prefix", "nf4-dq"), ("prompt", "nf4"),
+                          ("ptuning", "int8"), ("ln-tuning", "nf4-dq")):
         yield "smollm2-135m", dict(method=method, batch_size=1, seq_len=256, quant=quant)
     for method in ("dora", "adalora", "vera", "lora-fa"):
         yield "smollm2-135m", dict(method=method, batch_size=1, seq_len=256, lora_dropout=0.05)

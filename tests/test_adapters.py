@@ -88,8 +88,29 @@ def test_qdora_is_dora_on_qlora_s_base():
     assert qdora.component("weights") == qlora.component("weights") < dora.component("weights")
     assert qdora.component("quantization constants") == qlora.component("quantization constants") > 0
     assert dora.component("quantization constants") == 0
-    with pytest.raises(InvalidSetupError):
-        TrainingSetup(method="loha", quant="nf4")           # PEFT has no bitsandbytes LoHa layer
+    with pytest.raises(InvalidSetupError, match="tuners/loha/layer.py"):
+        TrainingSetup(method="loha", quant="nf4")           # LoHa's factors take the packed 4-bit shape
+
+
+@pytest.mark.parametrize("method,quant,why", [
+    ("loha", "nf4-dq", "packs to"), ("lokr", "fp4", "packs to"), ("osf", "int8", "tuners/osf/layer.py"),
+    ("tinylora", "nf4", "tuners/tinylora/layer.py"), ("lisa", "nf4-dq", "LISA trains whole layers"),
+])
+def test_quant_refused_where_peft_cannot_train_on_a_quantized_base(method, quant, why):
+    with pytest.raises(InvalidSetupError, match=why):
+        TrainingSetup(method=method, quant=quant)
+    TrainingSetup(method=method)                            # the 16-bit base stays fine
+
+
+@pytest.mark.parametrize("method,quant", [("vera", "nf4-dq"), ("oft", "nf4"), ("prefix", "int8"),
+                                          ("ln-tuning", "nf4-dq"), ("lokr", "int8")])
+def test_quant_stores_any_accepted_method_s_base_as_qlora_does(method, quant):
+    spec = _spec()
+    quantized = estimate(spec, TrainingSetup(method=method, quant=quant, seq_len=256))
+    qlora = estimate(spec, TrainingSetup(method="qlora", quant=quant, seq_len=256))
+    plain = estimate(spec, TrainingSetup(method=method, seq_len=256))
+    assert quantized.component("quantization constants") == qlora.component("quantization constants") > 0
+    assert quantized.component("weights") < plain.component("weights")
 
 
 def test_dora_saves_the_base_and_lora_outputs_more_than_lora():
@@ -195,6 +216,11 @@ def test_trainable_params_are_peft_s(method):
     ("dora", dict(grad_ckpt=True)), ("loha", dict(precision="bf16")), ("boft", dict(precision="bf16")),
     ("prompt", dict(precision="bf16", batch_size=2)), ("lisa", dict(lisa_layers=1, batch_size=2)),
     ("dora", dict(quant="nf4-dq")), ("ia3", dict(quant="nf4")), ("adalora", dict(quant="int8")),
+    # --quant on every method PEFT can put on a bitsandbytes base (options.py QUANTIZABLE_METHODS)
+    ("vera", dict(quant="nf4-dq")), ("oft", dict(quant="nf4")), ("boft", dict(quant="nf4-dq")),
+    ("fourierft", dict(quant="int8")), ("loha", dict(quant="int8")), ("lokr", dict(quant="int8")),
+    ("prefix", dict(quant="nf4-dq")), ("prompt", dict(quant="nf4")), ("ptuning", dict(quant="int8")),
+    ("ln-tuning", dict(quant="nf4-dq")),
     ("dora", dict(lora_dropout=0.05)), ("dora", dict(lora_dropout=0.05, precision="bf16")),
     ("vera", dict(lora_dropout=0.1, precision="bf16")),
 ])

@@ -37,9 +37,30 @@ RANKED_METHODS = ("lora", "qlora", "dora", "adalora", "loha", "lokr", "vera", "l
 # LitGPT's LLaMA-Adapter (v1, v2): adapters of LitGPT's own model, not of a PEFT-wrapped transformers model.
 LITGPT_METHODS = ("llama-adapter", "llama-adapter-v2")
 VIRTUAL_TOKEN_METHODS = ("prefix", "prompt", "ptuning")
-# PEFT methods with bitsandbytes layers (peft 0.21.2 tuners/lora/bnb.py, which carries DoRA and LoRA-FA,
-# tuners/ia3/bnb.py, tuners/adalora/bnb.py): `--quant` puts them on a quantized base (QDoRA: dora + nf4-dq).
-QUANTIZABLE_METHODS = ("dora", "lora-fa", "adalora", "ia3") + LITGPT_METHODS   # LitGPT: --quantize bnb.nf4
+# PEFT methods that peft 0.21.2 trains on a bitsandbytes base (`--quant`; QDoRA is dora + nf4-dq): LoRA's bnb
+# layers carry DoRA and LoRA-FA (tuners/lora/bnb.py), IA3 and AdaLoRA have their own (tuners/ia3/bnb.py,
+# tuners/adalora/bnb.py); VeRA, OFT and BOFT wrap any quantized linear through utils/quantization_utils.py
+# resolve_quantization_backend (tuners/vera/model.py:43, tuners/oft/model.py:38, tuners/boft/model.py:41);
+# FourierFT, LoHa and LoKr take bnb's Linear4bit/Linear8bitLt as the nn.Linear subclasses they are and only add
+# F.linear(x, delta) to the base output (tuners/fourierft/model.py:96, tuners/lycoris_utils.py:252); the
+# virtual-token methods wrap no linear, and LN tuning trains the norms, which bitsandbytes leaves unquantized.
+QUANTIZABLE_METHODS = ("dora", "lora-fa", "adalora", "ia3", "vera", "oft", "boft", "fourierft", "loha", "lokr",
+                       "ln-tuning") + VIRTUAL_TOKEN_METHODS + LITGPT_METHODS   # LitGPT: --quantize bnb.nf4
+# Methods that take only some of the bitsandbytes bases, and why the others fail in PEFT.
+QUANT_ONLY = {
+    "loha": (("int8",), "LoHa sizes its factors from base_layer.weight.shape (peft 0.21.2 tuners/loha/layer.py:137), "
+                        "which a bitsandbytes 4-bit layer packs to [n/2, 1]"),
+    "lokr": (("int8",), "LoKr reshapes its delta to base_layer.weight.shape (peft 0.21.2 tuners/lokr/layer.py:277), "
+                        "which a bitsandbytes 4-bit layer packs to [n/2, 1]"),
+}
+# Methods that cannot train on a quantized base, and why (what `--quant` with them says).
+QUANT_REFUSED = {
+    "osf": "OSF takes the SVD of the base weight and trains its low-rank part in place (peft 0.21.2 "
+           "tuners/osf/layer.py:112), which a quantized weight cannot be",
+    "tinylora": "TinyLoRA takes the SVD of the base weight (peft 0.21.2 tuners/tinylora/layer.py:210), which a "
+                "quantized weight cannot give",
+    "lisa": "LISA trains whole layers, which a quantized base cannot (its weights take no gradient)",
+}
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "bf16-mixed", "fp16-mixed", "fp8")
 OPTIMIZERS = {
     "adamw": "torch AdamW, foreach implementation (the CUDA default when no flag is given)",
@@ -234,8 +255,8 @@ SETUP_OPTIONS: tuple[Option, ...] = (
     Option("mlx_release", "choice", "the mlx-lm / MLX release whose step to model (mlx recipe): current, or an "
            "older one (eager step, float32 logits, mlx 0.24's recomputed attention; physics/mlx_eras.py)",
            default="current", choices=MLX_RELEASES),
-    Option("quant", "choice", "the quantized frozen base of QLoRA (or of dora, lora-fa, adalora, ia3, "
-           "llama-adapter(-v2); none: 16-bit): bitsandbytes (nf4, nf4-dq, fp4, int8 = LLM.int8), a GPTQ or AWQ int4 checkpoint (gptq-int4, "
+    Option("quant", "choice", "the quantized frozen base of QLoRA (or of any other adapter method but osf and "
+           "tinylora, loha/lokr int8 only; QDoRA is dora nf4-dq; none: 16-bit): bitsandbytes (nf4, nf4-dq, fp4, int8 = LLM.int8), a GPTQ or AWQ int4 checkpoint (gptq-int4, "
            "awq-int4; qlora) or MLX affine, group 64 (mlx-4bit, mlx-8bit)", default="nf4-dq",
            choices=QUANTS, methods=("qlora",) + QUANTIZABLE_METHODS,
            tool_keys=_keys(axolotl="load_in_4bit", llamafactory="quantization_bit", trl="load_in_4bit")),

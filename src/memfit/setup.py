@@ -20,7 +20,7 @@ from .options import (ALL_TARGETS, ATTENTION, BY_NAME, MAX_BATCH, MAX_RANK, MAX_
                       normalize)
 from .options import parse_targets as _parse_targets
 from .physics.optimizers import IN_BACKWARD, optimizer_problems
-from .options import PEFT_METHODS, PREQUANT_QUANTS, QUANTIZABLE_METHODS
+from .options import BNB_QUANTS, PEFT_METHODS, PREQUANT_QUANTS, QUANT_ONLY, QUANT_REFUSED, QUANTIZABLE_METHODS
 from .physics.adapters import DEFAULT_BLOCK_SIZE, DEFAULT_TARGETS
 from .recipes import CHUNKED_LOSSES, RECIPES
 from .physics import trainers as _trainers
@@ -174,6 +174,11 @@ class TrainingSetup:
                 p.append(Problem(name, f"{{{name}}} {why}"))
         for name in SETUP_FIELDS:
             methods = BY_NAME[name].methods
+            if name == "quant" and self.method in QUANT_REFUSED:
+                if "quant" in self.explicit and self.quant != "none":
+                    p.append(Problem("quant", f"{{quant}} with {{method}} {self.method}: "
+                                              f"{QUANT_REFUSED[self.method]}"))
+                continue
             if name in self.explicit and methods and self.method not in methods:
                 p.append(Problem(name, f"{{{name}}} only applies to {{method}} {' or '.join(methods)} "
                                        f"(method is {self.method})"))
@@ -200,6 +205,10 @@ class TrainingSetup:
                                          if self.quant in MLX_QUANTS else "a GPTQ/AWQ checkpoint, modelled for "
                                                                           "{method} qlora")
                                       + "; PEFT methods take a bitsandbytes base (nf4, nf4-dq, fp4, int8)"))
+        if self.method in QUANT_ONLY and self.quant in BNB_QUANTS and self.quant not in QUANT_ONLY[self.method][0]:
+            takes, why = QUANT_ONLY[self.method]
+            p.append(Problem("quant", f"{{quant}} {self.quant} with {{method}} {self.method}: {why} "
+                                      f"(use {{quant}} {' or '.join(takes)})"))
         if self.quantized_base and self.precision == "fp32":
             p.append(Problem("precision", "QLoRA computes in 16-bit; {precision} fp32 contradicts it (use bf16 or "
                                           "fp16)"))
