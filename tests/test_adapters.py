@@ -221,6 +221,10 @@ def test_trainable_params_are_peft_s(method):
     ("fourierft", dict(quant="int8")), ("loha", dict(quant="int8")), ("lokr", dict(quant="int8")),
     ("prefix", dict(quant="nf4-dq")), ("prompt", dict(quant="nf4")), ("ptuning", dict(quant="int8")),
     ("ln-tuning", dict(quant="nf4-dq")),
+    # int8 keeps each base linear's input (or the rotated / scaled input OFT, BOFT, IA3 feed to it)
+    ("dora", dict(quant="int8")), ("ia3", dict(quant="int8")), ("oft", dict(quant="int8")),
+    ("boft", dict(quant="int8")), ("vera", dict(quant="int8")), ("prefix", dict(quant="int8")),
+    ("ln-tuning", dict(quant="int8")), ("prompt", dict(quant="int8")),
     ("dora", dict(lora_dropout=0.05)), ("dora", dict(lora_dropout=0.05, precision="bf16")),
     ("vera", dict(lora_dropout=0.1, precision="bf16")),
 ])

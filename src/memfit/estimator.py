@@ -253,6 +253,7 @@ def _compute_static_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         head_coeff=act.head_coefficient(spec, setup, stack),
         quant_saved_per_token=quantized_base.saved_per_token_bytes(spec, setup, stack),
         quant_saved_per_layer=quantized_base.saved_per_layer_bytes(spec, setup),
+        int8_first_layer=act.int8_first_layer_per_token(spec, setup, stack),
         casts=mixed_casts + adapter_casts + adapter_saved + expert_casts, weight_casts=mixed_casts,
         adapter_casts=adapter_casts, outer_casts=outer_casts,
         head_cast=2 * spec.vocab_size * spec.hidden_size if mixed_casts and not fused_head else 0,
@@ -309,7 +310,7 @@ def _token_parts(spec: ModelSpec, setup: TrainingSetup, static: dict) -> dict:
     # LoRA on an int8 / GPTQ / AWQ base: what those kernels save beyond the walk (physics/quantized_base.py).
     layer_act = (T * (per_token + per_position * s + static["quant_saved_per_token"]) + static["quant_saved_per_layer"]
                  + cp.ulysses_kv_extra_bytes(spec, full, stack.compute_bytes))
-    all_layers_act = static["adapted_layers"] * layer_act
+    all_layers_act = static["adapted_layers"] * layer_act - T * static["int8_first_layer"]
     offload_host = 0
     if full.activation_offload and not full.grad_ckpt:
         resident = min(cp.OFFLOAD_RESIDENT_LAYERS, static["adapted_layers"])

@@ -17,6 +17,7 @@ from ..setup import TrainingSetup
 from dataclasses import replace
 
 from ..options import LITGPT_METHODS
+from ..params import layer_linears
 from . import adapters, litgpt_adapter, quantized_base
 from .compile import compiled_coefficients, compiled_mlp_bytes_per_token
 from .litgpt import repeats_kv, zero_pad_saved_per_token
@@ -34,6 +35,9 @@ class _Walk:
         self.per_token_position = 0
         # LN tuning trains a copy of every norm (physics/adapters.py): the norms save their normalized output.
         self.norms_train = stack.base_trainable or stack.method in ("ln-tuning", "llama-adapter-v2")
+        # LLM.int8 linears keep their input for backward (physics/quantized_base.py int8_keeps_input).
+        self.int8 = quantized_base.int8_keeps_input(setup, stack)
+        self.int8_first_inputs = 0                    # what the int8 linears reading the layer's input keep
 
     def add(self, per_token_bytes: int) -> None:
         self.per_token += per_token_bytes
@@ -78,12 +82,33 @@ class _Walk:
             self.add(width * in_bytes)                # one shared storage
 
     def lora(self, parts: set[str], width: int, in_bytes: int, input_saved: bool = False) -> None:
-        """Saves of the LoRA branches on the modules in `parts` that read one input of `width` features.
+        """Saves of the LoRA branches on the modules in `parts` that read one input of `width` features, then
+        what int8 base linears reading that input keep of it.
         `input_saved`: that input is already kept by another op (SDPA's out feeding o_proj)."""
+        input_saved = self._adapters(parts, width, in_bytes, input_saved)
+        if not self.int8:
+            return
+        # MatMul8bitLt keeps the tensor its base linear reads. OFT and BOFT rotate the input and IA3 scales a
+        # feed-forward one before the base layer (peft 0.21.2 tuners/oft/layer.py:656 base_layer(x.to(previous_dtype)),
+        # boft/layer.py:642 base_layer(x_rotated), ia3/layer.py:192-193 base_layer(interm)): a new tensor per module,
+        # in the input's dtype, needing a grad even in the first layer (the adapter trains).
+        transformed = {m.linear.parts for m in self.st.lora_modules if set(m.linear.parts) & parts
+                       and m.linear.d_in == width and _transforms_input(m)}
+        self.add(len(transformed) * width * in_bytes)
+        direct = any(lin.parts not in transformed for lin in layer_linears(self.spec)
+                     if set(lin.parts) & parts and lin.d_in == width)
+        if direct and not input_saved:
+            # The others keep the input itself: new memory only when no other op saved that storage.
+            self.add(width * in_bytes)
+            if parts & {"q", "k", "v"}:
+                self.int8_first_inputs = width * in_bytes
+
+    def _adapters(self, parts: set[str], width: int, in_bytes: int, input_saved: bool) -> bool:
+        """The adapters' saves; returns whether the input tensor itself is now saved by some op."""
         st, p = self.st, self.setup.lora_dropout
         modules = [m for m in st.lora_modules if set(m.linear.parts) & parts and m.linear.d_in == width]
         if not modules:
-            return
+            return input_saved
         ad = st.adapter_bytes
         shared_counted = input_saved
         if st.compiled:
@@ -109,6 +134,7 @@ class _Walk:
                 self.add(ad * m.rank)
             else:
                 self.add(width * ad + ad * m.rank)          # per-module cast copy + lora_B input
+        return shared_counted
 
     # -- the layer ---------------------------------------------------------------------------------------------
     def layer(self) -> tuple[int, int]:
@@ -237,6 +263,10 @@ class _Walk:
             self.lora({"down"}, i, cmp)
 
 
+def _transforms_input(module) -> bool:
+    return module.kind in ("oft", "boft") or (module.kind == "ia3" and module.feedforward)
+
+
 def _post_norm(spec: ModelSpec) -> bool:
     return spec.traits.get("post_norm", False)
 
@@ -297,6 +327,19 @@ def adapted_layers(spec: ModelSpec, stack: Stack) -> int:
         return spec.num_layers
     return stack.lora_layers
 
+
+
+def int8_first_layer_per_token(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
+    """Bytes per token the walk counted for int8 linears reading the first adapted layer's input, which needs no
+    grad there (a frozen embedding, no trainable norm in front): MatMul8bitLt's needs_input_grad is False and it
+    keeps nothing. Taken back from the layers' activations (without checkpointing)."""
+    walk = _Walk(spec, setup, stack)
+    outer = {m.linear.parts[0] for m in stack.outer_lora}
+    if not walk.int8 or setup.grad_ckpt or adapters.first_layer_input_trains(stack.method) or "embed" in outer \
+            or (walk.norms_train and not _post_norm(spec)):
+        return 0
+    walk.layer()
+    return walk.int8_first_inputs
 
 
 def checkpoint_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:

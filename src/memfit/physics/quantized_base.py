@@ -93,8 +93,8 @@ def saved_per_layer_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
 def saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """Bytes per token one quantized layer saves beyond what LoRA already saves of the same inputs.
 
-    int8 saves its input A: the tensor lora_A saves too when LoRA dropout is 0 (then nothing new), else one
-    copy per distinct input. AWQ saves ``x.half()``: a new fp16 tensor per linear when the input is not fp16."""
+    AWQ saves ``x.half()``: a new fp16 tensor per linear when the input is not fp16. (int8's saved input is
+    walked with the adapters that may share it: int8_keeps_input.)"""
     if setup.method != "qlora" and not bnb4_saves_input(setup):
         return 0
     linears = _quantized(spec)
@@ -108,8 +108,6 @@ def saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -
         lora_read = {key(lin) for lin in linears if set(lin.parts) & set(setup.lora_targets)} \
             if setup.lora_dropout == 0 and setup.method == "qlora" else set()
         return sum(width for k, width in widths.items() if k not in lora_read) * stack.compute_bytes
-    if setup.quant == "int8" and setup.lora_dropout > 0:
-        return sum(_distinct_inputs(linears).values()) * stack.compute_bytes
     input_fp16 = stack.weight_dtype == "fp16" and stack.autocast_dtype in ("", "fp16")
     if setup.quant == "awq-int4" and not input_fp16:
         return sum(lin.d_in * lin.copies for lin in linears) * FP16_BYTES
@@ -123,14 +121,6 @@ def _input_key(lin) -> str:
     return _SHARED_INPUT.get(lin.parts[0], lin.name)
 
 
-def _distinct_inputs(linears) -> dict[str, int]:
-    """Width of each distinct tensor read by the layer's linears (q/k/v share one input, gate/up another)."""
-    out: dict[str, int] = {}
-    for lin in linears:
-        out[_input_key(lin)] = lin.d_in * lin.copies
-    return out
-
-
 def head_saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> int:
     """A 4-bit lm_head (LitGPT under Lightning's bitsandbytes plugin, physics/litgpt.py) whose kernel keeps its
     input: the final norm's output, unless lora_A on the head saves that very tensor (dropout 0)."""
@@ -139,6 +129,15 @@ def head_saved_per_token_bytes(spec: ModelSpec, setup: TrainingSetup, stack: Sta
     if "head" in setup.lora_targets and setup.lora_dropout == 0:
         return 0
     return spec.hidden_size * stack.residual_bytes
+
+
+def int8_keeps_input(setup: TrainingSetup, stack: Stack) -> bool:
+    """LLM.int8 linears under a frozen base (every PEFT method given --quant int8): bitsandbytes 0.50.2
+    autograd/_functions.py:186-187 MatMul8bitLt.forward keeps ``ctx.tensors = (CAt, subA, A)`` whenever
+    ``any(ctx.needs_input_grad[:2])``: each int8 linear whose input needs a gradient (every one above the first
+    trainable parameter) keeps that input. The walk (physics/activations.py _Walk.lora) adds it per distinct
+    input unless another op already saves that storage (lora_A with dropout 0, SDPA's output read by o_proj)."""
+    return setup.quantized_base and setup.quant == "int8" and not stack.base_trainable
 
 
 def bnb4_saves_input(setup: TrainingSetup) -> bool:

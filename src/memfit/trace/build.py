@@ -74,7 +74,7 @@ def build(spec: ModelSpec, setup: TrainingSetup, stack: Stack) -> Built:
         vlm.freeze_tower(model, setup)
     quantized: list[nn.Linear] = []
     if setup.quantized_base:
-        quantized = _fake_4bit_linears(layers)
+        quantized = _fake_4bit_linears(layers, setup.quant)
         if setup.kbit_upcast:
             # prepare_model_for_kbit_training: every non-4-bit parameter goes to fp32 (peft utils/other.py).
             kept = {id(m.weight) for m in quantized}
@@ -150,13 +150,22 @@ def _apply_lora(model, spec: ModelSpec, setup: TrainingSetup, stack: Stack):
 class _MatMul4bit(torch.autograd.Function):
     """What bitsandbytes' MatMul4Bit keeps and allocates (bitsandbytes/autograd/_functions.py, >= 0.43.2):
     the input is cast to the compute dtype, the weight is dequantized into a transient in forward and again in
-    backward, no activation is saved, and the output takes the input's dtype."""
+    backward, no activation is saved, and the output takes the input's dtype.
+
+    `saves_input` (int8): bitsandbytes 0.50.2 autograd/_functions.py:186-187 MatMul8bitLt.forward keeps
+    ``ctx.tensors = (CAt, subA, A)`` whenever ``any(ctx.needs_input_grad[:2])`` (input A or weight B): the layer
+    input itself stays alive until backward. Saved here as the same tensor, so the tracker counts it only when no
+    other op keeps that storage (lora_A with dropout 0 saves it too). (subA, the outlier columns above threshold
+    6.0, depends on the data; CAt is None for a frozen weight.)"""
 
     tracker = None   # set by the step runner so the dequantization transient is counted
 
     @staticmethod
-    def forward(ctx, x, weight, bias, transposed):
-        ctx.save_for_backward(weight)     # the parameter itself: no new memory
+    def forward(ctx, x, weight, bias, transposed, saves_input=False):
+        if saves_input and any(ctx.needs_input_grad[:2]):
+            ctx.save_for_backward(weight, x)
+        else:
+            ctx.save_for_backward(weight)     # the parameter itself: no new memory
         ctx.in_dtype, ctx.transposed = x.dtype, transposed
         w = weight.t() if transposed else weight      # GPT-2's Conv1D stores [in, out]
         _dequant(weight, +1)
@@ -166,12 +175,12 @@ class _MatMul4bit(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        (weight,) = ctx.saved_tensors
+        weight = ctx.saved_tensors[0]
         w = weight.t() if ctx.transposed else weight
         _dequant(weight, +1)
         grad_x = (grad.to(weight.dtype) @ w).to(ctx.in_dtype)
         _dequant(weight, -1)
-        return grad_x, None, None, None
+        return grad_x, None, None, None, None
 
 
 def _dequant(weight: torch.Tensor, sign: int) -> None:
@@ -182,14 +191,14 @@ def _dequant(weight: torch.Tensor, sign: int) -> None:
 
 
 class _Linear4bitForward:
-    def __init__(self, linear: nn.Module, transposed: bool):
-        self.linear, self.transposed = linear, transposed
+    def __init__(self, linear: nn.Module, transposed: bool, saves_input: bool):
+        self.linear, self.transposed, self.saves_input = linear, transposed, saves_input
 
     def __call__(self, x):
-        return _MatMul4bit.apply(x, self.linear.weight, self.linear.bias, self.transposed)
+        return _MatMul4bit.apply(x, self.linear.weight, self.linear.bias, self.transposed, self.saves_input)
 
 
-def _fake_4bit_linears(layers: list[nn.Module]) -> list[nn.Linear]:
+def _fake_4bit_linears(layers: list[nn.Module], quant: str) -> list[nn.Linear]:
     """transformers' bitsandbytes integration quantizes every nn.Linear and GPT-2 Conv1D in the decoder."""
     from transformers.pytorch_utils import Conv1D
 
@@ -197,6 +206,7 @@ def _fake_4bit_linears(layers: list[nn.Module]) -> list[nn.Linear]:
     for layer in layers:
         for module in layer.modules():
             if type(module) is nn.Linear or isinstance(module, Conv1D):
-                module.forward = _Linear4bitForward(module, transposed=isinstance(module, Conv1D))
+                module.forward = _Linear4bitForward(module, transposed=isinstance(module, Conv1D),
+                                                    saves_input=quant == "int8")
                 found.append(module)
     return found
