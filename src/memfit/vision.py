@@ -451,6 +451,14 @@ def smolvlm_frames(width: int, height: int, longest_edge: int, tile: int) -> tup
     return 0, 0
 
 
+def given_tiles(vision: VisionSpec, image_tokens: int, per_tile: int) -> int:
+    """The tiles `--image-tokens` stands for, in a family that makes `per_tile` tokens of each tile."""
+    if image_tokens % per_tile:
+        raise InvalidSetupError(Problem("image_tokens", f"{{image_tokens}} {image_tokens}: {vision.family} makes "
+                                                        f"{per_tile} tokens per tile (a multiple of it)"))
+    return image_tokens // per_tile
+
+
 def _plan_tiles(vision: VisionSpec, image_size: str | None, images: int, min_pixels: int | None,
                 max_pixels: int | None, image_tokens: int | None) -> ImagePlan:
     """SmolVLM: tiles of fixed_side pixels plus a global tile, each (side / patch / scale)^2 tokens (64)."""
@@ -458,10 +466,8 @@ def _plan_tiles(vision: VisionSpec, image_size: str | None, images: int, min_pix
     side = vision.fixed_side // vision.patch_size
     per_tile = (side // vision.merge_size) ** 2
     if image_tokens is not None:
-        if image_tokens % per_tile:
-            raise InvalidSetupError(Problem("image_tokens", f"{{image_tokens}} {image_tokens}: {vision.family} makes "
-                                                            f"{per_tile} tokens per tile (a multiple of it)"))
-        frames, how = image_tokens // per_tile, f"{image_tokens // per_tile} tiles (given)"
+        frames = given_tiles(vision, image_tokens, per_tile)
+        how = f"{frames} tiles (given)"
     else:
         width, height = parse_image_size(image_size) if image_size else (vision.longest_edge, vision.longest_edge)
         rows, cols = smolvlm_frames(width, height, vision.longest_edge, vision.fixed_side)

@@ -40,16 +40,14 @@ def tiles_per_image(width: int, height: int, tile: int, min_tiles: int, max_tile
 
 def plan_internvl(vision, image_size: str | None, images: int, min_pixels: int | None, max_pixels: int | None,
                   image_tokens: int | None):
-    from .vision import ImagePlan, _no_pixel_bounds, parse_image_size
+    from .vision import ImagePlan, _no_pixel_bounds, given_tiles, parse_image_size
 
     _no_pixel_bounds(vision, min_pixels, max_pixels)
     side = vision.fixed_side // vision.patch_size
     per_tile = (side // vision.merge_size) ** 2
     if image_tokens is not None:
-        if image_tokens % per_tile:
-            raise InvalidSetupError(Problem("image_tokens", f"{{image_tokens}} {image_tokens}: {vision.family} makes "
-                                                            f"{per_tile} tokens per tile (a multiple of it)"))
-        tiles, how = image_tokens // per_tile, f"{image_tokens // per_tile} tiles (given)"
+        tiles = given_tiles(vision, image_tokens, per_tile)
+        how = f"{tiles} tiles (given)"
     elif image_size is None:
         # No size: the most tiles the processor makes (max_tiles + the thumbnail).
         tiles = vision.max_tiles + 1 if vision.max_tiles > 1 else 1

@@ -121,27 +121,13 @@ def _stub_trainer(trainer: str, model, ref_model, precomputed: bool):
     from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer
 
     cls, config = (KTOTrainer, KTOConfig) if trainer == "kto" else (DPOTrainer, DPOConfig)
-    defaults = {name: f.default for name, f in config.__dataclass_fields__.items()
-                if not callable(f.default_factory)}
+    defaults = rl_trainers._defaults(config)
     obj = cls.__new__(cls)
-
-    class _Accelerator:
-        device = torch.device("cpu")
-
-        @staticmethod
-        def unwrap_model(m):
-            return m
-
-        @staticmethod
-        def gather_for_metrics(t):
-            return t
-
-        gather = gather_for_metrics
 
     class _Args:
         gradient_checkpointing_kwargs = None
 
-    attrs = dict(model=model, ref_model=ref_model, accelerator=_Accelerator(), args=_Args(), aux_loss_enabled=False,
+    attrs = dict(model=model, ref_model=ref_model, accelerator=rl_trainers._Accelerator(), args=_Args(), aux_loss_enabled=False,
                  precompute_ref_logps=precomputed, beta=defaults["beta"], _metrics=defaultdict(lambda: defaultdict(list)),
                  _total_train_tokens=0, _tp_size=1, router_aux_loss_coef=0.0)
     if trainer == "kto":
